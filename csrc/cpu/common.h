@@ -1,0 +1,98 @@
+/* common.h: what every CPU kernel file shares: fp16/bf16 <-> fp32 conversion (storage is uint16_t; math is fp32,
+ * or fp64 for fp64 tensors) and row loading/storing for strided operands. C11, no torch headers. */
+#ifndef MYOPS_CPU_COMMON_H
+#define MYOPS_CPU_COMMON_H
+
+#include <stdint.h>
+#include <string.h>
+#include "../myops.h"
+
+static inline float myops_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t myops_f32_to_bf16(float f) { /* round to nearest even; NaN stays a (quiet) NaN */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+
+static inline float myops_f16_to_f32(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13); /* inf / nan */
+  } else if (exp != 0) {
+    u = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    u = sign;
+  } else { /* subnormal half: value = man * 2^-24 */
+    float f = (float)man * 5.9604644775390625e-08f;
+    memcpy(&u, &f, 4);
+    u |= sign;
+  }
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static inline uint16_t myops_f32_to_f16(float f) { /* round to nearest even, overflow to inf */
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  const uint32_t au = u & 0x7fffffffu;
+  if (au > 0x7f800000u) return sign | 0x7e00u;           /* nan */
+  if (au >= 0x477ff000u) return sign | 0x7c00u;          /* rounds to >= 65520: inf */
+  if (au < 0x38800000u) {                                /* below the smallest normal half, 2^-14 */
+    float a;
+    memcpy(&a, &au, 4);
+    /* adding 0.5 (2^-1) aligns the mantissa so that its low bits are the half subnormal, rounded even */
+    float t = a + 0.5f;
+    uint32_t tu;
+    memcpy(&tu, &t, 4);
+    return sign | (uint16_t)(tu - 0x3f000000u);
+  }
+  const uint32_t mant_odd = (au >> 13) & 1u;
+  uint32_t r = au + 0xfffu + mant_odd; /* round to nearest even at bit 13 */
+  r -= (112u << 23);
+  return sign | (uint16_t)(r >> 13);
+}
+
+/* Element size in bytes of a dtype code, or 0 if unknown. */
+static inline int64_t myops_dtype_size(int dtype) {
+  switch (dtype) {
+    case MYOPS_F32: return 4;
+    case MYOPS_F16: case MYOPS_BF16: return 2;
+    case MYOPS_F64: return 8;
+    default: return 0;
+  }
+}
+
+/* Loads n elements p[0], p[cs], ... into fp32 (any dtype but fp64). */
+static inline void myops_load_f32(int dtype, const void* p, int64_t cs, int64_t n, float* dst) {
+  int64_t k;
+  switch (dtype) {
+    case MYOPS_F32: { const float* s = (const float*)p; for (k = 0; k < n; ++k) dst[k] = s[k * cs]; break; }
+    case MYOPS_F16: { const uint16_t* s = (const uint16_t*)p; for (k = 0; k < n; ++k) dst[k] = myops_f16_to_f32(s[k * cs]); break; }
+    case MYOPS_BF16: { const uint16_t* s = (const uint16_t*)p; for (k = 0; k < n; ++k) dst[k] = myops_bf16_to_f32(s[k * cs]); break; }
+    default: break;
+  }
+}
+
+static inline void myops_store_f32(int dtype, void* p, int64_t cs, int64_t n, const float* src) {
+  int64_t k;
+  switch (dtype) {
+    case MYOPS_F32: { float* d = (float*)p; for (k = 0; k < n; ++k) d[k * cs] = src[k]; break; }
+    case MYOPS_F16: { uint16_t* d = (uint16_t*)p; for (k = 0; k < n; ++k) d[k * cs] = myops_f32_to_f16(src[k]); break; }
+    case MYOPS_BF16: { uint16_t* d = (uint16_t*)p; for (k = 0; k < n; ++k) d[k * cs] = myops_f32_to_bf16(src[k]); break; }
+    default: break;
+  }
+}
+
+#endif /* MYOPS_CPU_COMMON_H */

@@ -1,0 +1,86 @@
+/* elementwise.h: the CPU twin of cuda/elementwise.cuh.
+ *
+ *   outs[k][r, c] = f(ins[0][r, c], ..., ins[NIN-1][r, c])_k     for r < rows, c < cols
+ *
+ * Rows are walked in chunks of MYOPS_EW_CHUNK columns: each operand chunk is converted into an fp32 (fp64 for
+ * fp64 tensors) scratch buffer on the stack, the op's body runs over plain arrays (which the compiler
+ * vectorizes), and the results are converted back. The registration layer splits rows across threads. */
+#ifndef MYOPS_CPU_ELEMENTWISE_H
+#define MYOPS_CPU_ELEMENTWISE_H
+
+#include "common.h"
+
+#define MYOPS_EW_CHUNK 256
+#define MYOPS_EW_MAX_OPERANDS 4
+
+typedef void (*myops_ew_f32_fn)(int64_t n, float* const* out, const float* const* in, const double* scalars);
+typedef void (*myops_ew_f64_fn)(int64_t n, double* const* out, const double* const* in, const double* scalars);
+
+static inline int myops_ew_cpu(int nin, int nout, const myops_out_operand* outs, const myops_operand* ins,
+                               int64_t rows, int64_t cols, int dtype, const double* scalars,
+                               myops_ew_f32_fn f32, myops_ew_f64_fn f64) {
+  const int64_t es = myops_dtype_size(dtype);
+  if (es == 0) return MYOPS_EDTYPE;
+  if (nin > MYOPS_EW_MAX_OPERANDS || nout > MYOPS_EW_MAX_OPERANDS) return MYOPS_EARG;
+  if (dtype == MYOPS_F64) {
+    double ib[MYOPS_EW_MAX_OPERANDS][MYOPS_EW_CHUNK], ob[MYOPS_EW_MAX_OPERANDS][MYOPS_EW_CHUNK];
+    const double* ip[MYOPS_EW_MAX_OPERANDS];
+    double* op[MYOPS_EW_MAX_OPERANDS];
+    for (int i = 0; i < nin; ++i) ip[i] = ib[i];
+    for (int k = 0; k < nout; ++k) op[k] = ob[k];
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c0 = 0; c0 < cols; c0 += MYOPS_EW_CHUNK) {
+        const int64_t n = cols - c0 < MYOPS_EW_CHUNK ? cols - c0 : MYOPS_EW_CHUNK;
+        for (int i = 0; i < nin; ++i) {
+          const double* s = (const double*)ins[i].ptr + r * ins[i].row_stride + c0 * ins[i].col_stride;
+          for (int64_t e = 0; e < n; ++e) ib[i][e] = s[e * ins[i].col_stride];
+        }
+        f64(n, op, ip, scalars);
+        for (int k = 0; k < nout; ++k) {
+          double* d = (double*)outs[k].ptr + r * outs[k].row_stride + c0 * outs[k].col_stride;
+          for (int64_t e = 0; e < n; ++e) d[e * outs[k].col_stride] = ob[k][e];
+        }
+      }
+    }
+    return MYOPS_OK;
+  }
+  float ib[MYOPS_EW_MAX_OPERANDS][MYOPS_EW_CHUNK], ob[MYOPS_EW_MAX_OPERANDS][MYOPS_EW_CHUNK];
+  const float* ip[MYOPS_EW_MAX_OPERANDS];
+  float* op[MYOPS_EW_MAX_OPERANDS];
+  for (int i = 0; i < nin; ++i) ip[i] = ib[i];
+  for (int k = 0; k < nout; ++k) op[k] = ob[k];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c0 = 0; c0 < cols; c0 += MYOPS_EW_CHUNK) {
+      const int64_t n = cols - c0 < MYOPS_EW_CHUNK ? cols - c0 : MYOPS_EW_CHUNK;
+      for (int i = 0; i < nin; ++i)
+        myops_load_f32(dtype, (const char*)ins[i].ptr + (r * ins[i].row_stride + c0 * ins[i].col_stride) * es,
+                       ins[i].col_stride, n, ib[i]);
+      f32(n, op, ip, scalars);
+      for (int k = 0; k < nout; ++k)
+        myops_store_f32(dtype, (char*)outs[k].ptr + (r * outs[k].row_stride + c0 * outs[k].col_stride) * es,
+                        outs[k].col_stride, n, ob[k]);
+    }
+  }
+  return MYOPS_OK;
+}
+
+/* Defines the op's fp32 and fp64 bodies and its C entry point `name` (the ABI every elementwise op shares).
+ * BODY sees T (float or double), e (the element), in[i][e], out[k][e], s[j] (the op's scalars); <tgmath.h>
+ * makes exp/tanh/... pick the precision of T. */
+#define MYOPS_EW_CPU_ENTRY(name, NIN, NOUT, BODY)                                                          \
+  static void name##_f32(int64_t n, float* const* out, const float* const* in, const double* s) {        \
+    typedef float T;                                                                                      \
+    (void)s;                                                                                              \
+    for (int64_t e = 0; e < n; ++e) { BODY }                                                              \
+  }                                                                                                       \
+  static void name##_f64(int64_t n, double* const* out, const double* const* in, const double* s) {      \
+    typedef double T;                                                                                     \
+    (void)s;                                                                                              \
+    for (int64_t e = 0; e < n; ++e) { BODY }                                                              \
+  }                                                                                                       \
+  int name(const myops_out_operand* outs, const myops_operand* ins, int64_t rows, int64_t cols, int dtype, \
+           const double* scalars) {                                                                       \
+    return myops_ew_cpu(NIN, NOUT, outs, ins, rows, cols, dtype, scalars, name##_f32, name##_f64);       \
+  }
+
+#endif /* MYOPS_CPU_ELEMENTWISE_H */

@@ -1,0 +1,68 @@
+// common.cuh: what every CUDA kernel file shares: storage types, fp32 accumulation, dtype dispatch, the launch
+// check. Plain CUDA C++: no torch headers (a kernel file rebuilds in ~2 s instead of ~50 s).
+#pragma once
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <algorithm>
+#include "../myops.h"
+
+namespace myops {
+
+// Half types are stored as __half / __nv_bfloat16 and computed in fp32; fp64 stays fp64.
+template <class T> struct Acc { using type = float; };
+template <> struct Acc<double> { using type = double; };
+template <class T> using acc_t = typename Acc<T>::type;
+
+__device__ __forceinline__ float to_acc(float v) { return v; }
+__device__ __forceinline__ double to_acc(double v) { return v; }
+__device__ __forceinline__ float to_acc(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T> __device__ __forceinline__ T from_acc(acc_t<T> v);
+template <> __device__ __forceinline__ float from_acc<float>(float v) { return v; }
+template <> __device__ __forceinline__ double from_acc<double>(double v) { return v; }
+template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// Calls f(T{}) with T the storage type for a myops_dtype code; returns MYOPS_EDTYPE for anything else.
+template <class F> int dispatch_dtype(int dtype, F&& f) {
+  switch (dtype) {
+    case MYOPS_F32: return f(float{});
+    case MYOPS_F16: return f(__half{});
+    case MYOPS_BF16: return f(__nv_bfloat16{});
+    case MYOPS_F64: return f(double{});
+    default: return MYOPS_EDTYPE;
+  }
+}
+
+// Every launcher ends with this: a bad launch configuration or an earlier sticky error surfaces here, at the op
+// that caused it, instead of at some later unrelated call.
+inline int launch_status() { return (int)cudaGetLastError(); }
+
+__host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace myops
+
+namespace myops {
+
+template <class A> __device__ __forceinline__ A warp_sum(A v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024): shuffles inside each warp, one shared
+// slot per warp, then the first warp reduces the slots. Every thread gets the result. `smem` holds 32 values.
+template <class A> __device__ __forceinline__ A block_sum(A v, A* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? smem[lane] : A(0);
+  return warp_sum(v);
+}
+
+}  // namespace myops

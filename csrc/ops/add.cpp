@@ -1,0 +1,22 @@
+// myops::add(a, b) = a + b, same shape. Backward (ops/add.py): da = db = grad.
+#include "common.h"
+
+namespace {
+myops::EwKernel k_add("add");
+
+at::Tensor add(const at::Tensor& a, const at::Tensor& b) {
+  myops::dtype_code(a, "add", "a");
+  myops::check_same_device(a, b, "add", "a", "b");
+  myops::check_same_dtype(a, b, "add", "a", "b");
+  myops::check_same_shape(a, b, "add", "a", "b");
+  at::Tensor out = at::empty(a.sizes(), a.options());
+  myops::run_elementwise(k_add, {out}, {a, b});
+  return out;
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(myops, m) { m.def("add(Tensor a, Tensor b) -> Tensor"); }
+TORCH_LIBRARY_IMPL(myops, CPU, m) { m.impl("add", &add); }
+#ifdef MYOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(myops, CUDA, m) { m.impl("add", &add); }
+#endif

@@ -1,0 +1,42 @@
+// myops::bias_gelu(x, bias) = gelu(x + bias, approximate="tanh"), bias [x.shape[-1]].
+// myops::bias_gelu_backward(grad, x, bias) = grad * gelu'(x + bias) (= grad_x; grad_bias is its sum over all but
+// the last dim, ops/bias_gelu.py).
+#include "common.h"
+
+namespace {
+myops::EwKernel k_fwd("bias_gelu"), k_bwd("bias_gelu_backward");
+
+at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias) {
+  myops::dtype_code(x, "bias_gelu", "x");
+  myops::check_last_dim_vector(x, bias, "bias_gelu", "x", "bias");
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  myops::run_elementwise(k_fwd, {out}, {x, bias.expand(x.sizes())});
+  return out;
+}
+
+at::Tensor bias_gelu_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& bias) {
+  myops::dtype_code(grad, "bias_gelu_backward", "grad");
+  myops::check_same_device(grad, x, "bias_gelu_backward", "grad", "x");
+  myops::check_same_dtype(grad, x, "bias_gelu_backward", "grad", "x");
+  myops::check_same_shape(grad, x, "bias_gelu_backward", "grad", "x");
+  myops::check_last_dim_vector(x, bias, "bias_gelu_backward", "x", "bias");
+  at::Tensor dx = at::empty(grad.sizes(), grad.options());
+  myops::run_elementwise(k_bwd, {dx}, {grad, x, bias.expand(x.sizes())});
+  return dx;
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(myops, m) {
+  m.def("bias_gelu(Tensor x, Tensor bias) -> Tensor");
+  m.def("bias_gelu_backward(Tensor grad, Tensor x, Tensor bias) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("bias_gelu", &bias_gelu);
+  m.impl("bias_gelu_backward", &bias_gelu_backward);
+}
+#ifdef MYOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("bias_gelu", &bias_gelu);
+  m.impl("bias_gelu_backward", &bias_gelu_backward);
+}
+#endif

@@ -1,0 +1,235 @@
+// common.cpp: the registration layer's runtime: loading and swapping the kernel library, argument checks, and the
+// elementwise driver shared by every elementwise op.
+#include "common.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <mutex>
+
+#ifdef MYOPS_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace myops {
+namespace {
+std::mutex g_mu;
+std::atomic<void*> g_handle{nullptr};
+std::atomic<uint64_t> g_generation{1};
+std::string g_path;  // guarded by g_mu
+}  // namespace
+
+void* resolve_kernel(const char* symbol) {
+  void* h = g_handle.load(std::memory_order_acquire);
+  return h ? dlsym(h, symbol) : nullptr;
+}
+
+uint64_t kernel_generation() { return g_generation.load(std::memory_order_acquire); }
+
+void kernel_missing(const std::string& symbol) {
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    path = g_path;
+  }
+  TORCH_CHECK(!path.empty(), "myops: no kernel library is loaded (import ops, which builds and loads it)");
+  const bool cuda = symbol.size() > 5 && symbol.compare(symbol.size() - 5, 5, "_cuda") == 0;
+  TORCH_CHECK(!cuda, "myops: the kernel library ", path, " has no CUDA kernels (", symbol,
+              "): it was built without a CUDA toolkit; install one (nvcc) and rebuild "
+              "(python -m torch_ops_jit clean && python -m torch_ops_jit build)");
+  TORCH_CHECK(false, "myops: kernel ", symbol, " is missing from ", path);
+}
+
+// ---- checks ------------------------------------------------------------------------------------------------
+int dtype_code(const at::Tensor& t, const char* op, const char* arg) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return MYOPS_F32;
+    case at::kHalf: return MYOPS_F16;
+    case at::kBFloat16: return MYOPS_BF16;
+    case at::kDouble: return MYOPS_F64;
+    default:
+      TORCH_CHECK(false, "myops.", op, ": ", arg, " must be a floating-point tensor (float32, float16, bfloat16 or ",
+                  "float64), got ", t.scalar_type());
+  }
+}
+
+void check_same_device(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
+                       const char* arg) {
+  TORCH_CHECK(t.device() == ref.device(), "myops.", op, ": ", arg, " must be on the same device as ", ref_name, " (",
+              ref.device(), "), got ", t.device());
+}
+
+void check_same_dtype(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
+                      const char* arg) {
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "myops.", op, ": ", arg, " must have the same dtype as ",
+              ref_name, " (", ref.scalar_type(), "), got ", t.scalar_type());
+}
+
+void check_same_shape(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
+                      const char* arg) {
+  TORCH_CHECK(t.sizes() == ref.sizes(), "myops.", op, ": ", arg, " must have the same shape as ", ref_name, " ",
+              ref.sizes(), ", got ", t.sizes());
+}
+
+void check_last_dim_vector(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
+                           const char* arg) {
+  TORCH_CHECK(ref.dim() >= 1, "myops.", op, ": ", ref_name, " must have at least 1 dimension, got a 0-d tensor");
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == ref.size(-1), "myops.", op, ": ", arg, " must have shape [",
+              ref.size(-1), "] (the last dimension of ", ref_name, "), got ", t.sizes());
+  check_same_device(ref, t, op, ref_name, arg);
+  check_same_dtype(ref, t, op, ref_name, arg);
+}
+
+void check_status(int rc, const char* op, const char* device) {
+  if (rc == MYOPS_OK) return;
+  TORCH_CHECK(rc != MYOPS_EDTYPE, "myops.", op, ": dtype not supported by the ", device, " kernel");
+  TORCH_CHECK(rc != MYOPS_EARG, "myops.", op, ": problem size outside what the ", device, " kernel supports");
+#ifdef MYOPS_WITH_CUDA
+  TORCH_CHECK(false, "myops.", op, ": CUDA kernel failed: ", cudaGetErrorString(static_cast<cudaError_t>(rc)));
+#else
+  TORCH_CHECK(false, "myops.", op, ": ", device, " kernel failed with code ", rc);
+#endif
+}
+
+// ---- elementwise driver ---------------------------------------------------------------------------------------
+namespace {
+// Merges the dims of a shape shared by several operands into as few strided dims as possible (size-1 dims drop
+// out; dim d merges into the next inner group when every operand's stride allows it). Returns false when more
+// than two dims remain.
+bool collapse_2d(at::IntArrayRef shape, const std::vector<at::IntArrayRef>& strides, int64_t& rows, int64_t& cols,
+                 std::vector<std::pair<int64_t, int64_t>>& rc_strides) {
+  const size_t n = strides.size();
+  struct Group { int64_t size; std::vector<int64_t> stride; };
+  std::vector<Group> groups;  // innermost first
+  for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
+    if (shape[d] == 1) continue;
+    if (!groups.empty()) {
+      Group& g = groups.back();
+      bool merge = true;
+      for (size_t i = 0; i < n && merge; ++i) merge = strides[i][d] == g.stride[i] * g.size;
+      if (merge) {
+        g.size *= shape[d];
+        continue;
+      }
+    }
+    Group g{shape[d], std::vector<int64_t>(n)};
+    for (size_t i = 0; i < n; ++i) g.stride[i] = strides[i][d];
+    groups.push_back(std::move(g));
+  }
+  if (groups.size() > 2) return false;
+  rc_strides.assign(n, {0, 1});
+  rows = groups.size() == 2 ? groups[1].size : 1;
+  cols = groups.empty() ? 1 : groups[0].size;
+  for (size_t i = 0; i < n; ++i) {
+    if (!groups.empty()) rc_strides[i].second = groups[0].stride[i];
+    if (groups.size() == 2) rc_strides[i].first = groups[1].stride[i];
+  }
+  return true;
+}
+}  // namespace
+
+void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs_l, std::initializer_list<at::Tensor> ins_l,
+                     std::initializer_list<double> scalars_l) {
+  std::vector<at::Tensor> outs(outs_l), ins(ins_l);
+  const std::vector<double> scalars(scalars_l);
+  const at::Tensor& ref = outs.at(0);
+  if (ref.numel() == 0) return;
+  const at::IntArrayRef shape = ref.sizes();
+
+  int64_t rows = 0, cols = 0;
+  std::vector<std::pair<int64_t, int64_t>> st;
+  auto try_collapse = [&] {
+    std::vector<at::IntArrayRef> strides;
+    for (auto& t : ins) strides.push_back(t.strides());
+    for (auto& t : outs) strides.push_back(t.strides());
+    return collapse_2d(shape, strides, rows, cols, st);
+  };
+  if (!try_collapse()) {
+    // A layout with three or more irreducible strided dims (e.g. a permuted 3-D view): copy such inputs once.
+    // A per-feature vector broadcast over rows (strides 0, ..., 0, s) stays as it is: it collapses against
+    // contiguous operands.
+    for (auto& t : ins) {
+      bool row_broadcast = t.dim() >= 1;
+      for (int64_t d = 0; d + 1 < t.dim(); ++d) row_broadcast = row_broadcast && t.stride(d) == 0;
+      if (!row_broadcast) t = t.contiguous();
+    }
+    TORCH_INTERNAL_ASSERT(try_collapse(), "myops.", k.name, ": layout did not collapse after a contiguous copy");
+  }
+
+  std::vector<myops_operand> in_ops(ins.size());
+  std::vector<myops_out_operand> out_ops(outs.size());
+  for (size_t i = 0; i < ins.size(); ++i) in_ops[i] = {ins[i].data_ptr(), st[i].first, st[i].second};
+  for (size_t j = 0; j < outs.size(); ++j) {
+    const auto& s = st[ins.size() + j];
+    out_ops[j] = {outs[j].data_ptr(), s.first, s.second};
+  }
+  const int dtype = dtype_code(ref, k.name.c_str(), "input");
+
+  if (ref.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(ref.device());
+    void* stream = current_stream(ref);
+    const int rc = k.cuda.get()(out_ops.data(), in_ops.data(), rows, cols, dtype, scalars.data(), stream);
+    check_status(rc, k.name.c_str(), "CUDA");
+#else
+    TORCH_CHECK(false, "myops.", k.name, ": this build of myops has no CUDA support");
+#endif
+    return;
+  }
+  TORCH_INTERNAL_ASSERT(ref.is_cpu());
+  EwCpuFn fn = k.cpu.get();
+  const int64_t es = ref.element_size();
+  std::atomic<int> status{MYOPS_OK};
+  // Split rows across threads; a single long row (a flattened contiguous tensor) is split along its columns.
+  const bool by_cols = rows < at::get_num_threads() && cols >= (int64_t{1} << 16);
+  const int64_t n = by_cols ? cols : rows, cost = by_cols ? rows : cols;
+  parallel_rows(n, cost, [&](int64_t b, int64_t e) {
+    std::vector<myops_operand> ip(in_ops);
+    std::vector<myops_out_operand> op(out_ops);
+    for (auto& o : ip) o.ptr = static_cast<const char*>(o.ptr) + b * (by_cols ? o.col_stride : o.row_stride) * es;
+    for (auto& o : op) o.ptr = static_cast<char*>(o.ptr) + b * (by_cols ? o.col_stride : o.row_stride) * es;
+    const int rc = by_cols ? fn(op.data(), ip.data(), rows, e - b, dtype, scalars.data())
+                           : fn(op.data(), ip.data(), e - b, cols, dtype, scalars.data());
+    if (rc != MYOPS_OK) status.store(rc);
+  });
+  check_status(status.load(), k.name.c_str(), "CPU");
+}
+
+}  // namespace myops
+
+// ---- C entry points for the Python loader (ctypes) --------------------------------------------------------------
+extern "C" {
+
+// Loads the kernel library at `path` next to any loaded before (never unloaded: queued kernels and captured CUDA
+// graphs may still point into an old one) and makes it current. Returns 0, or non-zero with a message in err.
+__attribute__((visibility("default"))) int myops_runtime_load_kernels(const char* path, char* err, size_t errlen) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    const char* e = dlerror();
+    std::snprintf(err, errlen, "dlopen failed: %s", e ? e : "unknown error");
+    return 1;
+  }
+  using AbiFn = int (*)();
+  auto abi = reinterpret_cast<AbiFn>(dlsym(h, "myops_abi_version"));
+  if (abi == nullptr || abi() != MYOPS_ABI_VERSION) {
+    std::snprintf(err, errlen, "%s is not a myops kernel library of ABI version %d", path, MYOPS_ABI_VERSION);
+    dlclose(h);
+    return 2;
+  }
+  std::lock_guard<std::mutex> lock(myops::g_mu);
+  myops::g_path = path;
+  myops::g_handle.store(h, std::memory_order_release);
+  myops::g_generation.fetch_add(1, std::memory_order_acq_rel);
+  return 0;
+}
+
+__attribute__((visibility("default"))) int myops_runtime_abi_version() { return MYOPS_ABI_VERSION; }
+
+__attribute__((visibility("default"))) int myops_runtime_with_cuda() {
+#ifdef MYOPS_WITH_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+}

@@ -1,0 +1,100 @@
+// common.h: the registration layer's shared half (C++, light torch headers, built and loaded once per process).
+// Each csrc/ops/<op>.cpp declares its schema, checks its arguments, allocates outputs, and calls its kernels
+// through the C ABI of csrc/myops.h. Kernels live in a separate library (plain C / CUDA C) that runtime.cpp
+// loads and can swap at run time (ops.reload()); calls go through Kernel<Fn>, which re-resolves its symbol after
+// every swap.
+#pragma once
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#ifdef MYOPS_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "../myops.h"
+
+namespace myops {
+
+// ---- kernel library (runtime.cpp) -------------------------------------------------------------------------
+void* resolve_kernel(const char* symbol);  // nullptr when the loaded kernel library lacks it
+uint64_t kernel_generation();              // bumped by every (re)load of the kernel library
+[[noreturn]] void kernel_missing(const std::string& symbol);
+
+// A kernel entry point, looked up by name in the current kernel library and cached until the next reload.
+template <class Fn> class Kernel {
+ public:
+  explicit Kernel(std::string symbol) : symbol_(std::move(symbol)) {}
+  Fn get() {
+    const uint64_t g = kernel_generation();
+    if (gen_.load(std::memory_order_acquire) != g) {
+      Fn f = reinterpret_cast<Fn>(resolve_kernel(symbol_.c_str()));
+      if (f == nullptr) kernel_missing(symbol_);
+      fn_.store(f, std::memory_order_relaxed);
+      gen_.store(g, std::memory_order_release);
+    }
+    return fn_.load(std::memory_order_relaxed);
+  }
+
+ private:
+  std::string symbol_;
+  std::atomic<uint64_t> gen_{0};
+  std::atomic<Fn> fn_{nullptr};
+};
+
+// ---- argument checks: user errors raise RuntimeError naming the op and the argument --------------------------
+int dtype_code(const at::Tensor& t, const char* op, const char* arg);
+void check_same_device(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
+                       const char* arg);
+void check_same_dtype(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
+                      const char* arg);
+void check_same_shape(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
+                      const char* arg);
+// t must be 1-D with ref.size(-1) elements (a per-feature bias), on ref's device, in ref's dtype.
+void check_last_dim_vector(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
+                           const char* arg);
+// Turns a launcher's return code into an exception naming the op.
+void check_status(int rc, const char* op, const char* device);
+
+// Elementwise ops: all of them share one C ABI (csrc/cuda/elementwise.cuh, csrc/cpu/elementwise.h):
+//   int myops_<name>_cpu (const myops_out_operand* outs, const myops_operand* ins, int64_t rows, int64_t cols,
+//                         int dtype, const double* scalars);
+//   int myops_<name>_cuda(... same ..., void* stream);
+using EwCpuFn = int (*)(const myops_out_operand*, const myops_operand*, int64_t, int64_t, int, const double*);
+using EwCudaFn = int (*)(const myops_out_operand*, const myops_operand*, int64_t, int64_t, int, const double*,
+                         void*);
+
+struct EwKernel {
+  explicit EwKernel(const std::string& name)
+      : name(name), cpu("myops_" + name + "_cpu"), cuda("myops_" + name + "_cuda") {}
+  std::string name;
+  Kernel<EwCpuFn> cpu;
+  Kernel<EwCudaFn> cuda;
+};
+
+// Runs k over outs (contiguous, allocated by the caller) and ins, every one of outs[0]'s shape (an input may be
+// a broadcast view such as bias.expand(shape)). Layouts that collapse to [rows, cols] run in place; others copy
+// the offending inputs to contiguous memory first. Dtypes/devices must already be checked.
+void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs, std::initializer_list<at::Tensor> ins,
+                     std::initializer_list<double> scalars = {});
+
+// Runs fn(begin, end) over [0, n) on at::parallel_for when the work (n * cost elements) is worth threads.
+template <class F> void parallel_rows(int64_t n, int64_t cost, const F& fn) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cost, 1));
+  at::parallel_for(0, n, grain, fn);
+}
+
+#ifdef MYOPS_WITH_CUDA
+inline void* current_stream(const at::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+#endif
+
+}  // namespace myops

@@ -1,0 +1,43 @@
+// myops::scale_bias_relu(x, bias, scale) = relu(x * scale + bias), bias [x.shape[-1]].
+// myops::scale_bias_relu_backward(grad, out, scale) -> (grad_x, grad_pre): grad_pre = out > 0 ? grad : 0,
+// grad_x = grad_pre * scale; grad_bias = sum of grad_pre over all but the last dim (ops/scale_bias_relu.py).
+#include "common.h"
+
+namespace {
+myops::EwKernel k_fwd("scale_bias_relu"), k_bwd("scale_bias_relu_backward");
+
+at::Tensor scale_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale) {
+  myops::dtype_code(x, "scale_bias_relu", "x");
+  myops::check_last_dim_vector(x, bias, "scale_bias_relu", "x", "bias");
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  myops::run_elementwise(k_fwd, {out}, {x, bias.expand(x.sizes())}, {scale});
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> scale_bias_relu_backward(const at::Tensor& grad, const at::Tensor& out,
+                                                            double scale) {
+  myops::dtype_code(grad, "scale_bias_relu_backward", "grad");
+  myops::check_same_device(grad, out, "scale_bias_relu_backward", "grad", "out");
+  myops::check_same_dtype(grad, out, "scale_bias_relu_backward", "grad", "out");
+  myops::check_same_shape(grad, out, "scale_bias_relu_backward", "grad", "out");
+  at::Tensor dx = at::empty(grad.sizes(), grad.options());
+  at::Tensor dpre = at::empty(grad.sizes(), grad.options());
+  myops::run_elementwise(k_bwd, {dx, dpre}, {grad, out}, {scale});
+  return {dx, dpre};
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(myops, m) {
+  m.def("scale_bias_relu(Tensor x, Tensor bias, float scale) -> Tensor");
+  m.def("scale_bias_relu_backward(Tensor grad, Tensor out, float scale) -> (Tensor, Tensor)");
+}
+TORCH_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("scale_bias_relu", &scale_bias_relu);
+  m.impl("scale_bias_relu_backward", &scale_bias_relu_backward);
+}
+#ifdef MYOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("scale_bias_relu", &scale_bias_relu);
+  m.impl("scale_bias_relu_backward", &scale_bias_relu_backward);
+}
+#endif

@@ -1,0 +1,106 @@
+// myops::sum(x, dim=None, keepdim=False) = x.sum(dim, keepdim) for floating x (dim None or [] reduces all dims).
+// The kernels see x as [M, K] (kept dims, reduced dims) with one stride each; layouts that do not collapse to that
+// are copied once. Backward (ops/sum.py) is an expand of grad, as for torch.sum.
+#include "common.h"
+
+#include <optional>
+
+namespace {
+using SumCpuFn = int (*)(void* out, const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype);
+using SumCudaFn = int (*)(void* out, const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype,
+                          void* workspace, void* stream);
+using SumWsFn = int64_t (*)(int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype);
+myops::Kernel<SumCpuFn> k_cpu("myops_sum_cpu");
+myops::Kernel<SumCudaFn> k_cuda("myops_sum_cuda");
+myops::Kernel<SumWsFn> k_ws("myops_sum_workspace_cuda");
+
+// Dims `ds` of x (outermost first) as one (size, stride), if their elements form a single strided sequence.
+std::optional<std::pair<int64_t, int64_t>> collapse(const at::Tensor& x, const std::vector<int64_t>& ds) {
+  int64_t size = 1, stride = 0;
+  for (auto it = ds.rbegin(); it != ds.rend(); ++it) {
+    const int64_t n = x.size(*it), s = x.stride(*it);
+    if (n == 1) continue;
+    if (size == 1) {
+      size = n;
+      stride = s;
+    } else if (s == stride * size) {
+      size *= n;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return std::make_pair(size, stride);
+}
+
+at::Tensor sum(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
+  const int dtype = myops::dtype_code(x, "sum", "x");
+  const int64_t nd = x.dim();
+  std::vector<bool> reduced(nd, !dim.has_value() || dim->empty());
+  if (dim.has_value()) {
+    const int64_t lim = std::max<int64_t>(nd, 1);
+    for (int64_t d : *dim) {
+      TORCH_CHECK(d >= -lim && d < lim, "myops.sum: dim ", d, " is out of range for x with ", nd, " dimensions");
+      if (nd == 0) continue;
+      const int64_t w = d < 0 ? d + nd : d;
+      TORCH_CHECK(!reduced[w] || dim->empty(), "myops.sum: dim ", w, " appears more than once in dim");
+      reduced[w] = true;
+    }
+  }
+  std::vector<int64_t> kept_dims, red_dims, out_shape;
+  for (int64_t d = 0; d < nd; ++d) {
+    (reduced[d] ? red_dims : kept_dims).push_back(d);
+    if (!reduced[d]) out_shape.push_back(x.size(d));
+    else if (keepdim) out_shape.push_back(1);
+  }
+  at::Tensor out = at::empty(out_shape, x.options());
+  if (out.numel() == 0) return out;
+
+  auto mk = collapse(x, kept_dims), kk = collapse(x, red_dims);
+  at::Tensor src = x;
+  int64_t M, K, sM, sK;
+  if (mk && kk) {
+    std::tie(M, sM) = *mk;
+    std::tie(K, sK) = *kk;
+  } else {  // e.g. reducing dims 0 and 2 of a contiguous 3-D tensor: one copy to [kept..., reduced...]
+    std::vector<int64_t> perm(kept_dims);
+    perm.insert(perm.end(), red_dims.begin(), red_dims.end());
+    src = x.permute(perm).contiguous();
+    M = out.numel();
+    K = M == 0 ? 0 : x.numel() / M;
+    sM = K;
+    sK = 1;
+  }
+
+  if (x.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(x.device());
+    void* stream = myops::current_stream(x);
+    const int64_t ws_bytes = k_ws.get()(M, K, sM, sK, dtype);
+    at::Tensor ws;
+    if (ws_bytes > 0) ws = at::empty({ws_bytes}, x.options().dtype(at::kByte));
+    const int rc = k_cuda.get()(out.data_ptr(), src.data_ptr(), M, K, sM, sK, dtype,
+                                ws_bytes > 0 ? ws.data_ptr() : nullptr, stream);
+    myops::check_status(rc, "sum", "CUDA");
+#else
+    TORCH_CHECK(false, "myops.sum: this build of myops has no CUDA support");
+#endif
+    return out;
+  }
+  SumCpuFn fn = k_cpu.get();
+  const int64_t es = x.element_size();
+  std::atomic<int> status{MYOPS_OK};
+  myops::parallel_rows(M, K, [&](int64_t b, int64_t e) {
+    const int rc = fn(static_cast<char*>(out.data_ptr()) + b * es,
+                      static_cast<const char*>(src.data_ptr()) + b * sM * es, e - b, K, sM, sK, dtype);
+    if (rc != MYOPS_OK) status.store(rc);
+  });
+  myops::check_status(status.load(), "sum", "CPU");
+  return out;
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(myops, m) { m.def("sum(Tensor x, int[]? dim=None, bool keepdim=False) -> Tensor"); }
+TORCH_LIBRARY_IMPL(myops, CPU, m) { m.impl("sum", &sum); }
+#ifdef MYOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(myops, CUDA, m) { m.impl("sum", &sum); }
+#endif

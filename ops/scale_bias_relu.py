@@ -1,0 +1,46 @@
+"""scale_bias_relu(x, bias, scale) = relu(x * scale + bias), bias of shape [x.shape[-1]]."""
+
+import torch
+
+from ._common import reduce_to_bias
+
+OP = torch.ops.myops.scale_bias_relu.default
+BACKWARD = torch.ops.myops.scale_bias_relu_backward.default
+
+
+def scale_bias_relu(x: torch.Tensor, bias: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """relu(x * scale + bias) in one pass (one rounding); differentiable in x and bias."""
+    return OP(x, bias, float(scale))
+
+
+def scale_bias_relu_backward(grad: torch.Tensor, out: torch.Tensor, scale: float):
+    """(grad_x, grad_pre): grad_pre = grad where out > 0, grad_x = grad_pre * scale."""
+    return BACKWARD(grad, out, float(scale))
+
+
+@torch.library.register_fake("myops::scale_bias_relu")
+def _(x, bias, scale):
+    torch._check(x.dim() >= 1, lambda: "myops.scale_bias_relu: x must have at least 1 dimension")
+    torch._check(bias.dim() == 1 and bias.shape[0] == x.shape[-1],
+                 lambda: f"myops.scale_bias_relu: bias must have shape [{x.shape[-1]}]")
+    return x.new_empty(x.shape)
+
+
+@torch.library.register_fake("myops::scale_bias_relu_backward")
+def _(grad, out, scale):
+    return grad.new_empty(grad.shape), grad.new_empty(grad.shape)
+
+
+def _setup(ctx, inputs, output):
+    ctx.scale = inputs[2]
+    ctx.save_for_backward(output)
+
+
+def _backward(ctx, grad):
+    (out,) = ctx.saved_tensors
+    dx, dpre = BACKWARD(grad, out, ctx.scale)
+    db = reduce_to_bias(dpre) if ctx.needs_input_grad[1] else None
+    return dx, db, None
+
+
+torch.library.register_autograd("myops::scale_bias_relu", _backward, setup_context=_setup)
