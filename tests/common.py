@@ -1,0 +1,159 @@
+"""What every op's tests share: the tolerance table, input strategies, the float64 reference comparison, and
+checkers for gradcheck, opcheck, torch.compile and bad inputs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import pytest
+import torch
+from hypothesis import strategies as st
+
+# One row per dtype: |out - ref| <= atol + rtol * scale, with ref the PyTorch expression in float64 and scale |ref|
+# (or, for sums, the sum of the magnitudes of the terms). rtol is twice the unit roundoff of the output dtype
+# (kernels compute in fp32 and round once), or a few fp32 roundoffs for fp32 outputs.
+TOL = {
+    torch.float64: (1e-12, 1e-12),
+    torch.float32: (1e-5, 1e-6),
+    torch.float16: (2.0**-10, 1e-5),
+    torch.bfloat16: (2.0**-7, 1e-5),
+}
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+LAYOUTS = ["contiguous", "transposed", "row_strided", "col_strided", "permuted"]
+
+
+def poison_allocator(device: str, nbytes: int = 1 << 24) -> None:
+    """Fills (and frees) a block with NaN so that the next outputs likely reuse memory holding NaN: an element a
+    kernel forgets to write shows up as NaN instead of a lucky stale value."""
+    torch.empty(nbytes // 4, device=device).fill_(float("nan"))
+
+
+@st.composite
+def shapes(draw, min_dims: int = 1, max_dims: int = 4, max_numel: int = 1 << 16) -> tuple[int, ...]:
+    """Shapes with odd sizes, size 1, and sometimes an empty dim."""
+    nd = draw(st.integers(min_dims, max_dims))
+    size = st.one_of(st.sampled_from([1, 2, 3, 7, 8, 17, 31, 64, 129]), st.integers(1, 300))
+    dims = [draw(size) for _ in range(nd)]
+    while math.prod(dims) > max_numel:
+        i = max(range(nd), key=lambda k: dims[k])
+        dims[i] = max(1, dims[i] // 2)
+    if nd and draw(st.integers(0, 15)) == 0:
+        dims[draw(st.integers(0, nd - 1))] = 0
+    return tuple(dims)
+
+
+def make_tensor(shape: Sequence[int], dtype: torch.dtype, device: str, layout: str = "contiguous",
+                seed: int = 0) -> torch.Tensor:
+    """A randn tensor of `shape` whose memory layout is `layout`:
+    contiguous; transposed (last two dims swapped in memory); row_strided (rows padded: row stride > row length);
+    col_strided (every other element of the last dim); permuted (dims stored in reverse order)."""
+    g = torch.Generator().manual_seed(seed)
+    shape = tuple(shape)
+    nd = len(shape)
+
+    def randn(s):
+        return torch.randn(s, generator=g, dtype=torch.float64).to(dtype=dtype, device=device)
+
+    if layout == "transposed" and nd >= 2:
+        return randn(shape[:-2] + (shape[-1], shape[-2])).transpose(-1, -2)
+    if layout == "row_strided" and nd >= 1:
+        return randn(shape[:-1] + (shape[-1] + 5,))[..., : shape[-1]]
+    if layout == "col_strided" and nd >= 1:
+        return randn(shape[:-1] + (2 * shape[-1],))[..., ::2]
+    if layout == "permuted" and nd >= 2:
+        return randn(shape[::-1]).permute(*reversed(range(nd)))
+    return randn(shape)
+
+
+def check_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | None = None,
+                what: str = "output") -> None:
+    """Asserts out (in dtype) matches the float64 reference within TOL[dtype]; NaN must match NaN."""
+    assert out.shape == ref.shape, f"{what}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
+    assert out.dtype == dtype, f"{what}: dtype {out.dtype} != {dtype}"
+    rtol, atol = TOL[dtype]
+    o = out.detach().to("cpu", torch.float64)
+    r = ref.detach().to("cpu", torch.float64)
+    s = (r.abs() if scale is None else scale.detach().to("cpu", torch.float64))
+    nan_ok = torch.isnan(o) == torch.isnan(r)
+    err = (o - r).abs()
+    bad = ~nan_ok | (~torch.isnan(r) & (o != r) & ~(err <= atol + rtol * s))  # o != r: inf matches inf
+    if bad.any():
+        idx = bad.nonzero()[0].tolist()
+        raise AssertionError(
+            f"{what}: {int(bad.sum())} of {o.numel()} elements off (dtype {dtype}, rtol {rtol}, atol {atol}); "
+            f"first at {idx}: got {o[tuple(idx)].item()!r}, reference {r[tuple(idx)].item()!r}; "
+            f"max error {err[~torch.isnan(err)].max().item() if (~torch.isnan(err)).any() else 'nan'}")
+
+
+def to64(*ts: torch.Tensor) -> list[torch.Tensor]:
+    """Float64 CPU copies that require grad like their originals."""
+    return [t.detach().to("cpu", torch.float64).requires_grad_(t.requires_grad) for t in ts]
+
+
+def check_gradcheck(fn: Callable, inputs: Sequence[torch.Tensor]) -> None:
+    assert torch.autograd.gradcheck(fn, tuple(inputs), eps=1e-6, atol=1e-5, rtol=1e-4)
+
+
+def check_opcheck(op, args: tuple, kwargs: dict | None = None) -> None:
+    torch.library.opcheck(op, args, kwargs or {})
+
+
+def check_compile(fn: Callable, inputs: Sequence[torch.Tensor], backward: bool = True) -> None:
+    """fn under torch.compile(fullgraph=True, dynamic=True) gives eager's result and gradients (no graph break:
+    fullgraph raises on one). Run on two shapes to exercise the dynamic graph."""
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, dynamic=True)
+    for xs in (inputs, [t.detach()[: max(1, t.shape[0] - 1)] if t.dim() > 1 else t.detach() for t in inputs]):
+        eager_in = [t.detach().clone().requires_grad_(t.is_floating_point() and backward) for t in xs]
+        comp_in = [t.detach().clone().requires_grad_(t.is_floating_point() and backward) for t in xs]
+        e = fn(*eager_in)
+        c = compiled(*comp_in)
+        torch.testing.assert_close(c, e, rtol=0, atol=0)
+        if backward:
+            g = torch.randn_like(e)
+            ge = torch.autograd.grad(e, [t for t in eager_in if t.requires_grad], g)
+            gc = torch.autograd.grad(c, [t for t in comp_in if t.requires_grad], g)
+            for a, b in zip(gc, ge):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def raises(fn: Callable, *args, match: str) -> None:
+    """fn(*args) raises RuntimeError whose message matches `match` (the argument's name and what was expected)."""
+    with pytest.raises(RuntimeError, match=match):
+        fn(*args)
+
+
+def check_against_reference(fn: Callable, ref_fn: Callable, inputs: Sequence[torch.Tensor],
+                            row_broadcast: Sequence[int] = (), grad: bool = True) -> None:
+    """fn(*inputs) and its input gradients match ref_fn evaluated in float64.
+
+    row_broadcast lists inputs (per-feature vectors) that ref_fn broadcasts over all leading dims: their gradient
+    is a sum over rows, so its tolerance scales with the sum of the magnitudes of the summed terms."""
+    dtype = inputs[0].dtype
+    device = inputs[0].device.type
+    xs = [t.detach().requires_grad_(grad) for t in inputs]
+    poison_allocator(device)
+    out = fn(*xs)
+    ref_in = to64(*xs)
+    full_shape = ref_in[0].shape
+    # Broadcast vectors enter the reference as full tensors so that the per-element terms of their gradient exist.
+    ref_args = [t.detach().expand(full_shape).clone().requires_grad_(grad) if i in row_broadcast else t
+                for i, t in enumerate(ref_in)]
+    ref = ref_fn(*ref_args)
+    check_close(out, ref, dtype)
+    if not grad or out.numel() == 0:
+        return
+    g = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(out.numel()))
+    poison_allocator(device)
+    grads = torch.autograd.grad(out, xs, g.to(dtype=dtype, device=out.device))
+    ref_grads = torch.autograd.grad(ref, ref_args, g.to(dtype=ref.dtype))
+    for i, (gi, ri) in enumerate(zip(grads, ref_grads)):
+        if i in row_broadcast:
+            lead = list(range(ri.dim() - 1))
+            red, scale = (ri.sum(lead), ri.abs().sum(lead)) if lead else (ri, ri.abs())
+            check_close(gi, red, dtype, scale=scale, what=f"grad of input {i}")
+        else:
+            check_close(gi, ri, dtype, what=f"grad of input {i}")

@@ -1,0 +1,54 @@
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ops
+from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_compile, check_gradcheck,
+                    check_opcheck, make_tensor, raises, shapes)
+
+OP = torch.ops.myops.mul.default
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(shape=shapes(min_dims=0), dtype=st.sampled_from(DTYPES), la=st.sampled_from(LAYOUTS),
+       lb=st.sampled_from(LAYOUTS), seed=st.integers(0, 2**31))
+def test_matches_reference(device, shape, dtype, la, lb, seed):
+    a = make_tensor(shape, dtype, device, la, seed)
+    b = make_tensor(shape, dtype, device, lb, seed + 1)
+    check_against_reference(ops.mul, torch.mul, [a, b])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    a = make_tensor((3, 6), torch.float64, device, "row_strided").requires_grad_()
+    b = make_tensor((3, 6), torch.float64, device, seed=1).requires_grad_()
+    check_gradcheck(ops.mul, [a, b])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_opcheck(device, dtype):
+    for shape, rg in [((5, 3), True), ((0, 4), False), ((2, 3, 4), True)]:
+        a = make_tensor(shape, dtype, device).requires_grad_(rg)
+        b = make_tensor(shape, dtype, device, seed=1).requires_grad_(rg)
+        check_opcheck(OP, (a, b))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile(device):
+    check_compile(ops.mul, [make_tensor((9, 33), torch.float32, device), make_tensor((9, 33), torch.float32, device, seed=1)])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs(device):
+    a = make_tensor((4, 5), torch.float32, device)
+    raises(ops.mul, a.long(), a.long(), match="a must be a floating-point tensor")
+    raises(ops.mul, a.half(), a, match="b must have the same dtype as a")
+    raises(ops.mul, a, a.t(), match="b must have the same shape as a")
+
+
+@pytest.mark.cuda
+def test_device_mismatch():
+    a = make_tensor((4, 5), torch.float32, "cuda")
+    raises(ops.mul, a, a.cpu(), match="b must be on the same device as a")

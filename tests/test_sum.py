@@ -1,0 +1,81 @@
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ops
+from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_gradcheck, check_opcheck,
+                    make_tensor, poison_allocator, raises, shapes, to64)
+
+OP = torch.ops.myops.sum.default
+
+
+@st.composite
+def dims(draw, ndim):
+    """None, [], or a non-empty subset of dims in any order, some written negative."""
+    kind = draw(st.integers(0, 5))
+    if kind == 0 or ndim == 0:
+        return draw(st.sampled_from([None, []]))
+    ds = draw(st.lists(st.integers(0, ndim - 1), min_size=1, max_size=ndim, unique=True))
+    return [d - ndim if draw(st.booleans()) else d for d in ds]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(data=st.data(), shape=shapes(min_dims=0), dtype=st.sampled_from(DTYPES), layout=st.sampled_from(LAYOUTS),
+       keepdim=st.booleans(), seed=st.integers(0, 2**31))
+def test_matches_reference(device, data, shape, dtype, layout, keepdim, seed):
+    dim = data.draw(dims(len(shape)))
+    x = make_tensor(shape, dtype, device, layout, seed).requires_grad_()
+    poison_allocator(device)
+    out = ops.sum(x, dim, keepdim)
+    (x64,) = to64(x)
+    ref = x64.sum(dim, keepdim=keepdim) if dim is not None else (x64.sum().reshape([1] * x64.dim()) if keepdim else x64.sum())
+    # A float sum's error is bounded relative to the sum of its terms' magnitudes, not to the result.
+    scale = x64.detach().abs().sum(dim, keepdim=keepdim) if dim is not None else x64.detach().abs().sum().reshape(ref.shape)
+    check_close(out, ref, dtype, scale=scale)
+    g = torch.randn(out.shape, dtype=torch.float64)
+    (gx,) = torch.autograd.grad(out, [x], g.to(dtype=dtype, device=device))
+    (gr,) = torch.autograd.grad(ref, [x64], g)
+    check_close(gx, gr, dtype, what="grad")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape,dim", [((1 << 20,), None), ((3, 200_001), [1]), ((70_000, 5), [0]),
+                                       ((64, 3000, 2), [0, 2]), ((257, 129), [0])])
+def test_long_reductions(device, dtype, shape, dim):
+    """Reductions long enough to split across blocks on the GPU (and, for [0, 2], to need a copy)."""
+    x = make_tensor(shape, dtype, device, seed=3)
+    x64 = x.double().cpu()
+    ref = x64.sum(dim) if dim is not None else x64.sum()
+    scale = x64.abs().sum(dim) if dim is not None else x64.abs().sum()
+    check_close(ops.sum(x, dim), ref, dtype, scale=scale)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    x = make_tensor((3, 4, 5), torch.float64, device, "permuted").requires_grad_()
+    for dim, keepdim in [(None, False), ([1], True), ([0, -1], False)]:
+        check_gradcheck(lambda t: ops.sum(t, dim, keepdim), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(device, dtype):
+    for shape, dim, keepdim in [((5, 3), [1], False), ((0, 4), [0], True), ((2, 3, 4), None, False),
+                                ((2, 3, 4), [0, 2], True), ((), None, False)]:
+        check_opcheck(OP, (make_tensor(shape, dtype, device).requires_grad_(), dim, keepdim))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile(device):
+    check_compile(lambda x: ops.sum(x, [0]), [make_tensor((9, 33), torch.float32, device)])
+    check_compile(lambda x: ops.sum(x, [-1], keepdim=True), [make_tensor((9, 33), torch.float32, device)])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs(device):
+    x = make_tensor((4, 5), torch.float32, device)
+    raises(ops.sum, x.int(), match="x must be a floating-point tensor")
+    raises(ops.sum, x, [2], match="dim 2 is out of range")
+    raises(ops.sum, x, [0, -2], match="dim 0 appears more than once")
