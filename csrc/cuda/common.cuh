@@ -43,6 +43,22 @@ inline int launch_status() { return (int)cudaGetLastError(); }
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Multiprocessors of the current device (the caller's device guard selects it); cached per device.
+inline int sm_count() {
+  static int count[64] = {0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
+  if (count[dev] == 0) {
+    int c = 0;
+    if (cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || c <= 0) c = 132;
+    count[dev] = c;
+  }
+  return count[dev];
+}
+
+// 16-byte vector of VEC elements: one LDG.128 / STG.128 per thread and operand.
+template <class T, int VEC> struct alignas(sizeof(T) * VEC) Vec { T v[VEC]; };
+
 }  // namespace myops
 
 namespace myops {

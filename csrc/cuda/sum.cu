@@ -1,141 +1,146 @@
 // sum: out[m] = sum_k x[m * sM + k * sK]        x viewed as [M, K] (the registration layer moves the reduced
 //      dims last and collapses them), out [M] contiguous, in x's dtype, accumulated in fp32 (fp64 for fp64).
 //
-// Two kernels, both writing fp32 partial sums to a workspace [splits, M] when K is split across blocks so that
-// the chip fills (a full reduction, M = 1, would otherwise run on one block):
-//   rows: sK == 1 (reduce along contiguous memory): a warp per row for short rows, a block per row (split) for
-//         long ones; 16-byte loads when aligned; warp shuffles + one shared-memory step.
-//   cols: sK != 1 (e.g. bias gradients, reduce over leading dims): 32 consecutive m per block across lanes
-//         (coalesced when sM == 1), 8 k-slices across warps, combined in shared memory.
-// A final pass adds the splits and converts to the output dtype.
+// Two kernels; both write fp32 partial sums to a workspace [splits, M] when K is split across blocks so that the
+// chip fills (a full reduction, M = 1, would otherwise run on one block), and a last pass adds the splits:
+//   rows: sK == 1 (reduce along contiguous memory): a warp per row up to 16k elements, else a block per row
+//         (split); 16-byte loads, 4 in flight; warp shuffles, plus one shared-memory step for a block.
+//   cols: sK != 1 (e.g. bias gradients, reduce over leading dims): each lane owns VEC consecutive m (16-byte
+//         loads across the warp when sM == 1), the 8 warps of a block take interleaved k, shared memory combines.
 #include "common.cuh"
 
 namespace {
 using namespace myops;
 
 constexpr int kThreads = 256;
-constexpr int64_t kWarpRowMaxK = 1024;  // rows up to this long get a warp each, 8 rows per block
-constexpr int64_t kMinPerSplit = 16384; // elements per block below which splitting K costs more than it gives
+constexpr int64_t kWarpRowMaxK = 16384;  // rows up to this long get a warp each, 8 rows per block
+constexpr int64_t kMinRowSplit = 16384;  // elements of one row per block below which splitting costs more than it gives
+constexpr int64_t kMinColSplit = 256;    // rows of a column block per split, likewise
 
 struct Plan {
   bool rows;          // row kernel (sK == 1) or column kernel
   bool warp_per_row;  // row kernel: one warp per row
-  int64_t splits;     // K split across this many blocks (1: write the output directly)
+  int vec;            // elements per 16-byte load (1: unaligned or strided)
   int64_t gx;         // blocks along M
+  int64_t splits;     // K split across this many blocks (1: the kernel writes the output directly)
 };
 
-int sm_count() {
-  static int count[64] = {0};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 132;
-  if (count[dev] == 0) {
-    int c = 0;
-    if (cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || c <= 0) c = 132;
-    count[dev] = c;
-  }
-  return count[dev];
-}
-
-Plan make_plan(int64_t M, int64_t K, int64_t sK) {
+Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int64_t elem) {
   Plan p;
+  const int vec = (int)(16 / elem);
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   p.rows = (sK == 1 || K <= 1);
-  p.warp_per_row = p.rows && K <= kWarpRowMaxK;
-  p.gx = p.rows ? (p.warp_per_row ? ceil_div(M, kThreads / 32) : M) : ceil_div(M, 32);
-  p.splits = 1;
-  const int64_t target = 4LL * sm_count();  // blocks that keep every SM busy with a couple of waves
-  if (!p.warp_per_row && p.gx < target && K > kMinPerSplit) {
-    p.splits = std::min<int64_t>(ceil_div(target, p.gx), ceil_div(K, kMinPerSplit));
-    p.splits = std::min<int64_t>(p.splits, 65535);
+  const int64_t target = 4LL * sm_count();  // blocks that keep every SM busy
+  if (p.rows) {
+    p.vec = aligned && (M == 1 || sM % vec == 0) ? vec : 1;
+    p.warp_per_row = K <= kWarpRowMaxK;
+    p.gx = p.warp_per_row ? ceil_div(M, kThreads / 32) : M;
+    p.splits = p.warp_per_row ? 1 : std::min<int64_t>(ceil_div(target, p.gx), ceil_div(K, kMinRowSplit));
+  } else {
+    p.vec = aligned && sM == 1 && sK % vec == 0 ? vec : 1;
+    p.warp_per_row = false;
+    p.gx = ceil_div(M, 32LL * p.vec);
+    p.splits = std::min<int64_t>(ceil_div(target, p.gx), ceil_div(K, kMinColSplit));
   }
+  p.splits = std::max<int64_t>(1, std::min<int64_t>(p.splits, 65535));
   return p;
 }
 
-template <class T, int VEC> struct alignas(sizeof(T) * VEC) Vec { T v[VEC]; };
-
 // Row kernel. Block (256): warp_per_row -> 8 rows, else one row (split) per block. grid (gx, splits).
 template <class T, int VEC>
-__global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,              // [M]
-                                                            acc_t<T>* __restrict__ ws,        // [splits, M]
-                                                            const T* __restrict__ x,          // [M, K], sK == 1
+__global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,          // [M]
+                                                            acc_t<T>* __restrict__ ws,    // [splits, M]
+                                                            const T* __restrict__ x,      // [M, K], sK == 1
                                                             int64_t M, int64_t K, int64_t sM, bool warp_per_row) {
   using A = acc_t<T>;
   __shared__ A smem[32];
-  int64_t m, k_begin, k_end;
-  int lane, nthreads;
+  const int64_t m = warp_per_row ? (int64_t)blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5) : blockIdx.x;
+  const int lane = warp_per_row ? (threadIdx.x & 31) : threadIdx.x;
+  const int nthreads = warp_per_row ? 32 : kThreads;
   const int64_t chunk = ceil_div(ceil_div(K, gridDim.y), VEC) * VEC;  // split boundaries stay vector-aligned
-  if (warp_per_row) {
-    m = (int64_t)blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5);
-    lane = threadIdx.x & 31;
-    nthreads = 32;
-  } else {
-    m = blockIdx.x;
-    lane = threadIdx.x;
-    nthreads = blockDim.x;
-  }
-  k_begin = (int64_t)blockIdx.y * chunk;
-  k_end = std::min<int64_t>(K, k_begin + chunk);
-  A acc = A(0);
+  const int64_t k_begin = (int64_t)blockIdx.y * chunk, k_end = std::min<int64_t>(K, k_begin + chunk);
+  A acc[4] = {A(0), A(0), A(0), A(0)};
   if (m < M) {
     const T* row = x + m * sM;
+    const int64_t step = (int64_t)nthreads * VEC;
     int64_t k = k_begin + (int64_t)lane * VEC;
-    // Four independent 16-byte loads in flight per thread before the adds that consume them.
-    for (; k + (int64_t)3 * nthreads * VEC + VEC <= k_end; k += (int64_t)4 * nthreads * VEC) {
+    for (; k + 3 * step + VEC <= k_end; k += 4 * step) {  // four independent 16-byte loads in flight
       Vec<T, VEC> v[4];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = *reinterpret_cast<const Vec<T, VEC>*>(row + k + (int64_t)u * nthreads * VEC);
+      for (int u = 0; u < 4; ++u) v[u] = *reinterpret_cast<const Vec<T, VEC>*>(row + k + u * step);
 #pragma unroll
       for (int u = 0; u < 4; ++u)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc += to_acc(v[u].v[e]);
+        for (int e = 0; e < VEC; ++e) acc[u] += to_acc(v[u].v[e]);
     }
-    for (; k < k_end; k += (int64_t)nthreads * VEC) {
+    for (; k < k_end; k += step) {
       if (k + VEC <= k_end) {
-        Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(row + k);
+        const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(row + k);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc += to_acc(v.v[e]);
+        for (int e = 0; e < VEC; ++e) acc[0] += to_acc(v.v[e]);
       } else {
-        for (int64_t kk = k; kk < k_end; ++kk) acc += to_acc(row[kk]);
+        for (int64_t kk = k; kk < k_end; ++kk) acc[0] += to_acc(row[kk]);
       }
     }
   }
-  if (warp_per_row) {
-    acc = warp_sum(acc);
-  } else {
-    acc = block_sum(acc, smem);
-  }
+  A s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  s = warp_per_row ? warp_sum(s) : block_sum(s, smem);
   if (m < M && lane == 0) {
-    if (gridDim.y == 1) out[m] = from_acc<T>(acc);
-    else ws[(int64_t)blockIdx.y * M + m] = acc;
+    if (gridDim.y == 1) out[m] = from_acc<T>(s);
+    else ws[(int64_t)blockIdx.y * M + m] = s;
   }
 }
 
-// Column kernel. Block (32, 8): lanes over m, warps over k. grid (ceil(M / 32), splits).
-template <class T>
+// Column kernel. Block (32, 8): lane l owns m in [m0, m0 + VEC), warp w takes k = w, w + 8, ... of its split.
+template <class T, int VEC>
 __global__ void __launch_bounds__(kThreads) sum_cols_kernel(T* __restrict__ out,        // [M]
                                                             acc_t<T>* __restrict__ ws,  // [splits, M]
                                                             const T* __restrict__ x,    // [M, K] strided
                                                             int64_t M, int64_t K, int64_t sM, int64_t sK) {
   using A = acc_t<T>;
-  __shared__ A smem[8][33];  // +1 column: the transposed read below hits 8 different banks
-  const int64_t m = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  __shared__ A smem[8][32 * VEC + 1];
+  const int64_t m0 = ((int64_t)blockIdx.x * 32 + threadIdx.x) * VEC;
   const int64_t chunk = ceil_div(K, gridDim.y);
   const int64_t k_begin = (int64_t)blockIdx.y * chunk, k_end = std::min<int64_t>(K, k_begin + chunk);
-  A acc[4] = {A(0), A(0), A(0), A(0)};
-  if (m < M) {
-    const T* col = x + m * sM;
-    int64_t k = k_begin + threadIdx.y;
-    for (; k + 24 < k_end; k += 32) {
+  A acc[2][VEC];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) acc[u] += to_acc(col[(k + 8 * u) * sK]);
+  for (int e = 0; e < VEC; ++e) acc[0][e] = acc[1][e] = A(0);
+  if (m0 + VEC <= M) {
+    const T* col = x + m0 * sM;
+    int64_t k = k_begin + threadIdx.y;
+    for (; k + 8 < k_end; k += 16) {  // two independent loads in flight per lane
+      Vec<T, VEC> v[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        if (VEC > 1) {
+          v[u] = *reinterpret_cast<const Vec<T, VEC>*>(col + (k + 8 * u) * sK);
+        } else {
+          v[u].v[0] = col[(k + 8 * u) * sK];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[u][e] += to_acc(v[u].v[e]);
     }
-    for (; k < k_end; k += 8) acc[0] += to_acc(col[k * sK]);
+    for (; k < k_end; k += 8) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[0][e] += to_acc(col[k * sK + e * sM]);
+    }
+  } else if (m0 < M) {  // the last, partial group of columns
+    for (int64_t k = k_begin + threadIdx.y; k < k_end; k += 8)
+      for (int e = 0; e < VEC && m0 + e < M; ++e) acc[0][e] += to_acc(x[(m0 + e) * sM + k * sK]);
   }
-  smem[threadIdx.y][threadIdx.x] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) smem[threadIdx.y][threadIdx.x * VEC + e] = acc[0][e] + acc[1][e];
   __syncthreads();
-  if (threadIdx.y == 0 && m < M) {
+  // 256 threads combine the 8 warps' partial sums for the block's 32 * VEC columns.
+  for (int c = threadIdx.y * 32 + threadIdx.x; c < 32 * VEC; c += kThreads) {
+    const int64_t m = (int64_t)blockIdx.x * 32 * VEC + c;
+    if (m >= M) break;
     A s = A(0);
 #pragma unroll
-    for (int w = 0; w < 8; ++w) s += smem[w][threadIdx.x];
+    for (int w = 0; w < 8; ++w) s += smem[w][c];
     if (gridDim.y == 1) out[m] = from_acc<T>(s);
     else ws[(int64_t)blockIdx.y * M + m] = s;
   }
@@ -153,33 +158,33 @@ __global__ void sum_splits_kernel(T* __restrict__ out, const acc_t<T>* __restric
 template <class T>
 int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, void* workspace, cudaStream_t stream) {
   constexpr int VEC = 16 / sizeof(T);
-  const Plan p = make_plan(M, K, sK);
+  const Plan p = make_plan(x, M, K, sM, sK, sizeof(T));
   if (p.gx > 0x7fffffff) return MYOPS_EARG;
   if (p.splits > 1 && workspace == nullptr) return MYOPS_EARG;
   auto* ws = static_cast<acc_t<T>*>(workspace);
   const dim3 grid((unsigned)p.gx, (unsigned)p.splits);
   if (p.rows) {
-    const bool vec = (reinterpret_cast<uintptr_t>(x) % 16 == 0) && (M == 1 || sM % VEC == 0);
-    if (vec) sum_rows_kernel<T, VEC><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.warp_per_row);
+    if (p.vec > 1) sum_rows_kernel<T, VEC><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.warp_per_row);
     else sum_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.warp_per_row);
   } else {
-    sum_cols_kernel<T><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK);
+    if (p.vec > 1) sum_cols_kernel<T, VEC><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK);
+    else sum_cols_kernel<T, 1><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK);
   }
   if (p.splits > 1) {
-    int rc = launch_status();
+    const int rc = launch_status();
     if (rc) return rc;
     sum_splits_kernel<T><<<(unsigned)ceil_div(M, 256), 256, 0, stream>>>(out, ws, M, p.splits);
   }
   return launch_status();
 }
+
+int64_t elem_size(int dtype) { return dtype == MYOPS_F64 ? 8 : dtype == MYOPS_F32 ? 4 : 2; }
 }  // namespace
 
 // Bytes of workspace myops_sum_cuda needs for this problem on the current device (0: none).
-extern "C" int64_t myops_sum_workspace_cuda(int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype) {
-  (void)sM;
-  const Plan p = make_plan(M, K, sK);
-  if (p.splits <= 1) return 0;
-  return p.splits * M * (dtype == MYOPS_F64 ? 8 : 4);
+extern "C" int64_t myops_sum_workspace_cuda(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype) {
+  const Plan p = make_plan(x, M, K, sM, sK, elem_size(dtype));
+  return p.splits <= 1 ? 0 : p.splits * M * (dtype == MYOPS_F64 ? 8 : 4);
 }
 
 extern "C" int myops_sum_cuda(void* out, const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype,

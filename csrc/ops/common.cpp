@@ -41,6 +41,14 @@ void kernel_missing(const std::string& symbol) {
 }
 
 // ---- checks ------------------------------------------------------------------------------------------------
+std::string str(int64_t v) { return std::to_string(v); }
+
+std::string str(at::IntArrayRef shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
 int dtype_code(const at::Tensor& t, const char* op, const char* arg) {
   switch (t.scalar_type()) {
     case at::kFloat: return MYOPS_F32;
@@ -68,14 +76,14 @@ void check_same_dtype(const at::Tensor& ref, const at::Tensor& t, const char* op
 void check_same_shape(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
                       const char* arg) {
   TORCH_CHECK(t.sizes() == ref.sizes(), "myops.", op, ": ", arg, " must have the same shape as ", ref_name, " ",
-              ref.sizes(), ", got ", t.sizes());
+              str(ref.sizes()), ", got ", str(t.sizes()));
 }
 
 void check_last_dim_vector(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
                            const char* arg) {
   TORCH_CHECK(ref.dim() >= 1, "myops.", op, ": ", ref_name, " must have at least 1 dimension, got a 0-d tensor");
   TORCH_CHECK(t.dim() == 1 && t.size(0) == ref.size(-1), "myops.", op, ": ", arg, " must have shape [",
-              ref.size(-1), "] (the last dimension of ", ref_name, "), got ", t.sizes());
+              str(ref.size(-1)), "] (the last dimension of ", ref_name, "), got ", str(t.sizes()));
   check_same_device(ref, t, op, ref_name, arg);
   check_same_dtype(ref, t, op, ref_name, arg);
 }
@@ -87,7 +95,7 @@ void check_status(int rc, const char* op, const char* device) {
 #ifdef MYOPS_WITH_CUDA
   TORCH_CHECK(false, "myops.", op, ": CUDA kernel failed: ", cudaGetErrorString(static_cast<cudaError_t>(rc)));
 #else
-  TORCH_CHECK(false, "myops.", op, ": ", device, " kernel failed with code ", rc);
+  TORCH_CHECK(false, "myops.", op, ": ", device, " kernel failed with code ", str(rc));
 #endif
 }
 

@@ -50,6 +50,12 @@ template <class Fn> class Kernel {
 };
 
 // ---- argument checks: user errors raise RuntimeError naming the op and the argument --------------------------
+// Messages format integers and shapes through these helpers, never through std::ostream's integer insertion:
+// with extensions built by GCC 13 against torch 2.11 wheels, `ostream << int64_t` inside a TORCH_CHECK message
+// segfaulted (seen on the GPU machine; dtype and device messages, which stream no integers, were fine).
+std::string str(int64_t v);
+std::string str(at::IntArrayRef shape);  // "[2, 3]"
+
 int dtype_code(const at::Tensor& t, const char* op, const char* arg);
 void check_same_device(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
                        const char* arg);

@@ -9,7 +9,7 @@ namespace {
 using SumCpuFn = int (*)(void* out, const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype);
 using SumCudaFn = int (*)(void* out, const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype,
                           void* workspace, void* stream);
-using SumWsFn = int64_t (*)(int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype);
+using SumWsFn = int64_t (*)(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype);
 myops::Kernel<SumCpuFn> k_cpu("myops_sum_cpu");
 myops::Kernel<SumCudaFn> k_cuda("myops_sum_cuda");
 myops::Kernel<SumWsFn> k_ws("myops_sum_workspace_cuda");
@@ -39,10 +39,11 @@ at::Tensor sum(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
   if (dim.has_value()) {
     const int64_t lim = std::max<int64_t>(nd, 1);
     for (int64_t d : *dim) {
-      TORCH_CHECK(d >= -lim && d < lim, "myops.sum: dim ", d, " is out of range for x with ", nd, " dimensions");
+      TORCH_CHECK(d >= -lim && d < lim, "myops.sum: dim ", myops::str(d), " is out of range for x with ", myops::str(nd),
+                  " dimensions");
       if (nd == 0) continue;
       const int64_t w = d < 0 ? d + nd : d;
-      TORCH_CHECK(!reduced[w] || dim->empty(), "myops.sum: dim ", w, " appears more than once in dim");
+      TORCH_CHECK(!reduced[w] || dim->empty(), "myops.sum: dim ", myops::str(w), " appears more than once in dim");
       reduced[w] = true;
     }
   }
@@ -75,7 +76,7 @@ at::Tensor sum(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
 #ifdef MYOPS_WITH_CUDA
     const c10::cuda::OptionalCUDAGuard guard(x.device());
     void* stream = myops::current_stream(x);
-    const int64_t ws_bytes = k_ws.get()(M, K, sM, sK, dtype);
+    const int64_t ws_bytes = k_ws.get()(src.data_ptr(), M, K, sM, sK, dtype);
     at::Tensor ws;
     if (ws_bytes > 0) ws = at::empty({ws_bytes}, x.options().dtype(at::kByte));
     const int rc = k_cuda.get()(out.data_ptr(), src.data_ptr(), M, K, sM, sK, dtype,
