@@ -9,7 +9,7 @@
 //               template <class C> __device__ void operator()(C (&out)[NOUT], const C (&in)[NIN]) const; };
 // evaluated in acc_t<T> (fp32 for half types).
 //
-// Two kernels, both with a grid of about two waves that loops over the problem (per-thread setup -- 64-bit
+// Two kernels, both on a persistent grid that loops over the problem (per-thread setup -- 64-bit
 // address math -- is paid once, not once per 16 bytes) and U independent 16-byte loads per operand in flight:
 //   flat: one row, every operand contiguous: tiles of blockDim * VEC * U elements;
 //   rows: [rows, cols] with row strides: threads across column vectors, U rows per step.
@@ -26,6 +26,14 @@ template <int NIN, int NOUT> struct EwArgs {
   myops_out_operand out[NOUT];
   int64_t rows, cols;
 };
+
+template <class T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_vec(const T* p) {
+  if constexpr (VEC > 1) {
+    return *reinterpret_cast<const Vec<T, VEC>*>(p);
+  } else {
+    return Vec<T, 1>{{*p}};
+  }
+}
 
 template <class Op, class T, int VEC>
 __device__ __forceinline__ void ew_apply(const Op& op, const Vec<T, VEC> (&x)[Op::NIN], Vec<T, VEC> (&y)[Op::NOUT]) {
@@ -79,84 +87,84 @@ __global__ void __launch_bounds__(kEwThreads) ew_flat_kernel(EwArgs<Op::NIN, Op:
   }
 }
 
-// Block (tx, ty): tx threads across column vectors, ty across rows. VEC > 1 needs col_stride 1 everywhere.
+// 2 vectors per operand in flight: with 4 the kernel needed 64-128 registers (2-byte types unpack a vector into 8),
+// halving the resident blocks; with 2 it stays at 32-48.
+template <class T> constexpr int rows_unroll() { return 2; }
+
+// Block (tx, ty): each thread owns U column vectors of a row, tx * VEC columns apart (so one row pointer per
+// operand serves all U loads), and walks rows ty * gridDim.y apart. VEC > 1 needs col_stride 1 everywhere and
+// cols % VEC == 0 (checked by the launcher); VEC == 1 takes any strides.
 template <class T, int VEC, class Op>
 __global__ void __launch_bounds__(kEwThreads) ew_rows_kernel(EwArgs<Op::NIN, Op::NOUT> a, Op op) {
-  constexpr int NIN = Op::NIN, NOUT = Op::NOUT, U = kEwUnroll;
-  const int64_t c0 = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC;
+  constexpr int NIN = Op::NIN, NOUT = Op::NOUT, U = rows_unroll<T>();
+  const int64_t cspan = (int64_t)blockDim.x * VEC;
+  const int64_t c0 = (int64_t)blockIdx.x * cspan * U + (int64_t)threadIdx.x * VEC;
   if (c0 >= a.cols) return;
+  bool valid[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) valid[u] = c0 + u * cspan < a.cols;
   const int64_t rstep = (int64_t)gridDim.y * blockDim.y;
-  const T* ip[NIN];
-  T* op_[NOUT];
+  for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < a.rows; r += rstep) {
+    Vec<T, VEC> x[U][NIN], y[U][NOUT];
 #pragma unroll
-  for (int i = 0; i < NIN; ++i) ip[i] = static_cast<const T*>(a.in[i].ptr) + c0 * a.in[i].col_stride;
+    for (int i = 0; i < NIN; ++i) {
+      const T* p = static_cast<const T*>(a.in[i].ptr) + r * a.in[i].row_stride + c0 * a.in[i].col_stride;
 #pragma unroll
-  for (int k = 0; k < NOUT; ++k) op_[k] = static_cast<T*>(a.out[k].ptr) + c0 * a.out[k].col_stride;
-  const int64_t r_first = (int64_t)blockIdx.y * blockDim.y + threadIdx.y;
-  if (c0 + VEC <= a.cols) {
-    for (int64_t r = r_first; r < a.rows; r += U * rstep) {
-      Vec<T, VEC> x[U][NIN], y[U][NOUT];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t rr = r + u * rstep;
-        if (rr < a.rows) {
-#pragma unroll
-          for (int i = 0; i < NIN; ++i) {
-            const T* p = ip[i] + rr * a.in[i].row_stride;
-            if (VEC > 1) {
-              x[u][i] = *reinterpret_cast<const Vec<T, VEC>*>(p);
-            } else {
-              x[u][i].v[0] = *p;
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const int64_t rr = r + u * rstep;
-        if (rr < a.rows) {
-          ew_apply(op, x[u], y[u]);
-#pragma unroll
-          for (int k = 0; k < NOUT; ++k) *reinterpret_cast<Vec<T, VEC>*>(op_[k] + rr * a.out[k].row_stride) = y[u][k];
-        }
-      }
+      for (int u = 0; u < U; ++u)
+        if (valid[u]) x[u][i] = load_vec<T, VEC>(p + u * cspan * a.in[i].col_stride);
     }
-  } else {  // the last, partial column vector of every row
-    for (int64_t r = r_first; r < a.rows; r += rstep) {
-      for (int64_t c = c0; c < a.cols; ++c) {
-        Vec<T, 1> x[NIN], y[NOUT];
 #pragma unroll
-        for (int i = 0; i < NIN; ++i) x[i].v[0] = ip[i][r * a.in[i].row_stride + (c - c0)];
-        ew_apply(op, x, y);
+    for (int u = 0; u < U; ++u) ew_apply(op, x[u], y[u]);
 #pragma unroll
-        for (int k = 0; k < NOUT; ++k) op_[k][r * a.out[k].row_stride + (c - c0)] = y[k].v[0];
+    for (int k = 0; k < NOUT; ++k) {
+      T* p = static_cast<T*>(a.out[k].ptr) + r * a.out[k].row_stride + c0 * a.out[k].col_stride;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (!valid[u]) continue;
+        if constexpr (VEC > 1) {
+          *reinterpret_cast<Vec<T, VEC>*>(p + u * cspan) = y[u][k];
+        } else {
+          p[u * cspan * a.out[k].col_stride] = y[u][k].v[0];
+        }
       }
     }
   }
 }
 
-// Blocks for about two full waves (8 resident 256-thread blocks per multiprocessor).
-inline int64_t ew_max_blocks() { return 16LL * sm_count(); }
+// A grid of exactly the blocks that fit on the chip at once (a persistent grid): every block loops over its share,
+// and no partial last wave leaves multiprocessors idle. Cached per kernel instantiation.
+template <class K> int64_t resident_blocks(K kernel) {
+  static int per_sm = 0;
+  if (per_sm == 0) {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kEwThreads, 0) != cudaSuccess || n <= 0) n = 4;
+    per_sm = n;
+  }
+  return (int64_t)per_sm * sm_count();
+}
 
 template <class T, int VEC, class Op> int ew_launch_flat(const EwArgs<Op::NIN, Op::NOUT>& a, const Op& op,
                                                          cudaStream_t stream) {
-  const int64_t blocks = std::min<int64_t>(ceil_div(a.cols, (int64_t)kEwThreads * VEC * kEwUnroll), ew_max_blocks());
-  ew_flat_kernel<T, VEC, Op><<<(unsigned)blocks, kEwThreads, 0, stream>>>(a, op);
+  auto kernel = ew_flat_kernel<T, VEC, Op>;
+  const int64_t blocks = std::min<int64_t>(ceil_div(a.cols, (int64_t)kEwThreads * VEC * kEwUnroll),
+                                           resident_blocks(kernel));
+  kernel<<<(unsigned)blocks, kEwThreads, 0, stream>>>(a, op);
   return launch_status();
 }
 
 template <class T, int VEC, class Op> int ew_launch_rows(const EwArgs<Op::NIN, Op::NOUT>& a, const Op& op,
                                                          cudaStream_t stream) {
   // Threads along columns first (coalesced); narrow rows leave the rest of the block to rows.
-  const int64_t vcols = ceil_div(a.cols, VEC);
+  const int64_t per_thread = ceil_div(ceil_div(a.cols, VEC), rows_unroll<T>());  // threads one row needs
   int tx = 1;
-  while (tx < kEwThreads && tx < vcols) tx *= 2;
+  while (tx < kEwThreads && tx < per_thread) tx *= 2;
   const int ty = kEwThreads / tx;
-  const int64_t gx = ceil_div(vcols, tx);
+  const int64_t gx = ceil_div(per_thread, tx);
   if (gx > 0x7fffffff) return MYOPS_EARG;
-  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>({ceil_div(a.rows, (int64_t)ty * kEwUnroll),
-                                                              ceil_div(ew_max_blocks(), gx), 65535}));
-  ew_rows_kernel<T, VEC, Op><<<dim3((unsigned)gx, (unsigned)gy), dim3(tx, ty), 0, stream>>>(a, op);
+  auto kernel = ew_rows_kernel<T, VEC, Op>;
+  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>({ceil_div(a.rows, (int64_t)ty),
+                                                              resident_blocks(kernel) / gx, 65535}));
+  kernel<<<dim3((unsigned)gx, (unsigned)gy), dim3(tx, ty), 0, stream>>>(a, op);
   return launch_status();
 }
 
@@ -168,6 +176,7 @@ template <class T, class Op> int ew_launch_typed(const EwArgs<Op::NIN, Op::NOUT>
     unit = unit && cs == 1;
     aligned = aligned && reinterpret_cast<uintptr_t>(p) % 16 == 0 && (a.rows == 1 || rs % VEC == 0);
   };
+  aligned = aligned && (a.rows == 1 || a.cols % VEC == 0);  // the row kernel has no partial vectors
   for (int i = 0; i < Op::NIN; ++i) check(a.in[i].ptr, a.in[i].row_stride, a.in[i].col_stride);
   for (int k = 0; k < Op::NOUT; ++k) check(a.out[k].ptr, a.out[k].row_stride, a.out[k].col_stride);
   if (a.rows == 1 && unit) {
