@@ -19,7 +19,7 @@ Cache layout (root: ``$MYOPS_CACHE_DIR``, else ``$XDG_CACHE_HOME/myops``, else `
 
 Nothing here knows about individual ops: sources are found by directory.
 
-Command line: ``python -m torch_ops_jit build|info|clean``.
+Command line: ``python -m torch_ops_jit build|info|clean|watch [--run CMD]``.
 """
 
 from __future__ import annotations
@@ -113,12 +113,12 @@ def _gencode_flags(archs: list[str]) -> list[str]:
     return flags
 
 
-def _tool_version(cmd: list[str]) -> str:
+def _tool_version(cmd: list[str], line: int = -1) -> str:
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return "none"
-    return out.strip().splitlines()[-1] if out.strip() else "none"
+    return out.strip().splitlines()[line] if out.strip() else "none"
 
 
 # ---- cache -------------------------------------------------------------------------------------------------------
@@ -157,6 +157,9 @@ class Config:
         self.cc = os.environ.get("CC", "cc")
         self.cxx = os.environ.get("CXX", "c++")
         self.nvcc = os.path.join(self.cuda_home, "bin", "nvcc") if self.cuda else None
+        # MYOPS_NO_CUDA_KERNELS=1 builds the C kernels alone (seconds instead of minutes on a small CPU machine);
+        # the registration layer is unchanged and CUDA calls then say that the kernels are missing.
+        self.cuda_kernels = self.cuda and os.environ.get("MYOPS_NO_CUDA_KERNELS", "0") != "1"
         self.cflags = ["-O3", "-std=c11", "-fPIC", "-Wall", "-fno-math-errno"]
         self.nvcc_flags = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-lineinfo", "--expt-relaxed-constexpr"]
         self.nvcc_flags += _gencode_flags(self.archs)
@@ -184,7 +187,7 @@ def _sources(subdir: str, pattern: str) -> list[str]:
 
 
 def kernel_sources(cfg: Config) -> list[str]:
-    return _sources("cpu", "*.c") + (_sources("cuda", "*.cu") if cfg.cuda else [])
+    return _sources("cpu", "*.c") + (_sources("cuda", "*.cu") if cfg.cuda_kernels else [])
 
 
 def reg_sources() -> list[str]:
@@ -202,8 +205,9 @@ def _digest(paths: list[str], extra: object) -> str:
 
 
 def kernel_digest(cfg: Config) -> str:
-    hdrs = [os.path.join(CSRC, "myops.h")] + _sources("cpu", "*.h") + (_sources("cuda", "*.cuh") if cfg.cuda else [])
-    return _digest(kernel_sources(cfg) + hdrs, cfg.key_fields)
+    hdrs = [os.path.join(CSRC, "myops.h")] + _sources("cpu", "*.h")
+    hdrs += _sources("cuda", "*.cuh") if cfg.cuda_kernels else []
+    return _digest(kernel_sources(cfg) + hdrs, [cfg.key_fields, cfg.cuda_kernels])
 
 
 def reg_digest(cfg: Config) -> str:
@@ -306,7 +310,7 @@ def _write_kernel_ninja(cfg: Config, bdir: str, out_name: str) -> None:
         "  description = CC $desc",
     ]
     ldflags = "-shared -Wl,-z,defs"
-    if cfg.cuda:
+    if cfg.cuda_kernels:
         lib = os.path.join(cfg.cuda_home, "lib64")
         lines += [
             f"nvcc = {cfg.nvcc}",
@@ -352,10 +356,12 @@ def build_kernels(cfg: Config, force: bool = False) -> str:
     with _build_lock(cfg):
         if not force and _verified(dest):  # built by another process while we waited
             return dest
-        bdir = _secure_dir(os.path.join(cfg.dir, "kernels"))
+        # one build tree per source checkout: its ninja file names absolute source paths
+        tree = hashlib.sha256(CSRC.encode()).hexdigest()[:8]
+        bdir = _secure_dir(os.path.join(cfg.dir, f"kernels-{tree}"))
         _write_kernel_ninja(cfg, bdir, "out/" + name)
         n = len(kernel_sources(cfg))
-        _log(f"building kernels ({n} files, {'C + CUDA for sm ' + ','.join(cfg.archs) if cfg.cuda else 'C only'}) "
+        _log(f"building kernels ({n} files, {'C + CUDA for sm ' + ','.join(cfg.archs) if cfg.cuda_kernels else 'C only'}) "
              f"in {bdir}")
         env = dict(os.environ, NINJA_STATUS="[%f/%t] ")
         _run_streaming([_ninja(), "-C", bdir], env, _progress_filter, "the kernel library")
@@ -445,6 +451,21 @@ def _install_kernels(path: str) -> None:
     _State.kernel_path = path
 
 
+def _install_kernels_or_rebuild(cfg: Config, path: str) -> str:
+    """Loads the kernel library; if it does not load (a build tree damaged behind ninja's back), rebuilds it
+    from scratch once."""
+    try:
+        _install_kernels(path)
+        return path
+    except RuntimeError as e:
+        _log(f"{e}; rebuilding the kernel library from scratch")
+        tree = hashlib.sha256(CSRC.encode()).hexdigest()[:8]
+        shutil.rmtree(os.path.join(cfg.dir, f"kernels-{tree}"), ignore_errors=True)
+        path = build_kernels(cfg, force=True)
+        _install_kernels(path)
+        return path
+
+
 def load(verbose_notice: bool = True) -> str:
     """Builds what is missing and loads both libraries; returns the kernel library's path. Idempotent."""
     with _State.lock:
@@ -453,6 +474,9 @@ def load(verbose_notice: bool = True) -> str:
         cfg = Config()
         if not cfg.cuda and verbose_notice and _torch().version.cuda is not None:
             _log("no CUDA toolkit (nvcc) found: building CPU kernels only")
+        # Never load from a directory others can write to (checked on the warm path too, not only when building).
+        _secure_dir(cache_root())
+        _secure_dir(cfg.dir)
         reg = build_registration(cfg)
         kern = build_kernels(cfg)
         import torch
@@ -462,8 +486,7 @@ def load(verbose_notice: bool = True) -> str:
         lib.myops_runtime_load_kernels.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.myops_runtime_load_kernels.restype = ctypes.c_int
         _State.cfg, _State.reg_path, _State.reg_digest, _State.reg_lib = cfg, reg, reg_digest(cfg), lib
-        _install_kernels(kern)
-        return kern
+        return _install_kernels_or_rebuild(cfg, kern)
 
 
 def reload() -> str:
@@ -479,7 +502,7 @@ def reload() -> str:
                                "restart Python to pick it up (kernel files under csrc/cpu and csrc/cuda reload live)")
         path = build_kernels(cfg)
         if path != _State.kernel_path:
-            _install_kernels(path)
+            path = _install_kernels_or_rebuild(cfg, path)
         return path
 
 
@@ -492,7 +515,9 @@ def _info() -> dict:
     cfg = Config()
     kpath = os.path.join(cfg.dir, f"myops_kernels_{kernel_digest(cfg)}.so")
     rpath = os.path.join(cfg.dir, f"myops_reg_{reg_digest(cfg)}.so")
-    cuda_ops = sorted(os.path.splitext(os.path.basename(p))[0] for p in _sources("cuda", "*.cu"))
+    stem = lambda p: os.path.splitext(os.path.basename(p))[0]  # noqa: E731
+    ops = sorted(stem(p) for p in reg_sources() if stem(p) != "common")
+    cuda_ops = [o for o in ops if os.path.isfile(os.path.join(CSRC, "cuda", o + ".cu"))]
     torch = _torch()
     return {
         "cache_root": cache_root(),
@@ -501,23 +526,52 @@ def _info() -> dict:
         "torch_cuda": torch.version.cuda,
         "cuda_home": cuda_home(),
         "nvcc": _tool_version([cfg.nvcc, "--version"]) if cfg.nvcc else "none",
-        "cc": _tool_version([cfg.cc, "--version"]).split("\n")[0],
-        "cuda_kernels": cfg.cuda,
+        "cc": _tool_version([cfg.cc, "--version"], line=0),
+        "cuda_kernels": cfg.cuda_kernels,
         "archs": cfg.archs,
-        "ops_with_cuda_code": cuda_ops if cfg.cuda else [],
-        "ops_with_cpu_code": sorted(os.path.splitext(os.path.basename(p))[0] for p in _sources("cpu", "*.c")),
+        "ops_with_cuda_code": cuda_ops if cfg.cuda_kernels else [],
+        "ops": ops,
         "registration_library": rpath if _verified(rpath) else None,
         "kernel_library": kpath if _verified(kpath) else None,
     }
+
+
+def watch(run: str | None, interval: float = 0.3) -> None:
+    """Rebuilds on every save under csrc/ and then runs `run` (a shell command: a check or a benchmark) in a
+    fresh process, which loads the new build from the cache. A compile error is printed and watching goes on."""
+    cfg = Config()
+    last = None
+    _log(f"watching {CSRC} (Ctrl-C to stop)" + (f"; after each build: {run}" if run else ""))
+    while True:
+        state = (reg_digest(cfg), kernel_digest(cfg))
+        if state != last:
+            last = state
+            t0 = time.perf_counter()
+            try:
+                build_registration(cfg)
+                build_kernels(cfg)
+            except BuildError as e:
+                print(str(e).split("---- full output ----")[0], file=sys.stderr, flush=True)
+            else:
+                _log(f"built in {time.perf_counter() - t0:.2f} s")
+                if run:
+                    rc = subprocess.run(run, shell=True, cwd=os.getcwd()).returncode
+                    _log(f"`{run}` exited with {rc}")
+        time.sleep(interval)
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m torch_ops_jit", description="Build, inspect or clear the myops cache.")
-    p.add_argument("command", choices=["build", "info", "clean"])
+    p.add_argument("command", choices=["build", "info", "clean", "watch"])
     p.add_argument("--force", action="store_true", help="build: rebuild even if the cache is current")
+    p.add_argument("--run", help="watch: shell command to run after each successful build")
     args = p.parse_args(argv)
+    if args.command == "watch":
+        with contextlib.suppress(KeyboardInterrupt):
+            watch(args.run)
+        return 0
     if args.command == "build":
         t0 = time.perf_counter()
         cfg = Config()

@@ -1,0 +1,230 @@
+"""The build machinery: in-process reload, locking, corruption, permissions, the command line.
+
+These run C kernels only (MYOPS_NO_CUDA_KERNELS=1) in copies of the source tree, in subprocesses: the test process
+itself keeps serving the real kernels. Copies reuse the session's registration layer (same sources, same digest)
+so that no test rebuilds the C++ layer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import torch_ops_jit as jit
+
+ROOT = jit.ROOT
+
+
+def _env(cache: str, **extra: str) -> dict:
+    env = dict(os.environ, MYOPS_CACHE_DIR=str(cache), MYOPS_NO_CUDA_KERNELS="1", PYTHONUNBUFFERED="1")
+    env.pop("MYOPS_QUIET", None)
+    env.update(extra)
+    return env
+
+
+def _run(tree: str, cache: str, code: str, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=tree, env=_env(cache, **env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _copy_tree(dst) -> str:
+    dst = str(dst)
+    os.makedirs(dst, exist_ok=True)
+    for name in ("csrc", "ops"):
+        shutil.copytree(os.path.join(ROOT, name), os.path.join(dst, name),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(os.path.join(ROOT, "torch_ops_jit.py"), dst)
+    return dst
+
+
+def _seed_cache(cache) -> str:
+    """A fresh cache holding a copy of this session's registration layer."""
+    reg = jit._State.reg_path
+    assert reg is not None, "ops must be loaded (tests/conftest.py imports it)"
+    d = os.path.join(str(cache), os.path.basename(os.path.dirname(reg)))
+    os.makedirs(d, mode=0o700)
+    os.chmod(str(cache), 0o700)
+    for f in (reg, reg + ".sha256"):
+        shutil.copy(f, d)
+    return str(cache)
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    """A source tree copy with a warm cache: (tree, cache)."""
+    base = tmp_path_factory.mktemp("jit")
+    t, cache = _copy_tree(base / "tree"), _seed_cache(base / "cache")
+    r = _run(t, cache, "import ops")
+    assert r.returncode == 0, r.stderr
+    return t, cache
+
+
+@pytest.fixture
+def fresh_tree(tmp_path):
+    """A source tree copy with an empty cache (for build-only tests: they never load the registration layer)."""
+    return _copy_tree(tmp_path / "tree"), str(tmp_path / "cache")
+
+
+def test_reload_edit_compile_error_and_fix(tree):
+    t, cache = tree
+    r = _run(t, cache, """
+        import importlib, pathlib, sys
+        import torch, ops
+        a, b = torch.randn(37), torch.randn(37)
+        src = pathlib.Path("csrc/cpu/add.c")
+        text = src.read_text()
+        line = "out[0][e] = in[0][e] + in[1][e];"
+        assert line in text
+        assert torch.equal(ops.add(a, b), a + b)
+        compiled = torch.compile(lambda x, y: ops.add(x, y), fullgraph=True)
+        assert torch.equal(compiled(a, b), a + b)
+
+        print("MARK edit", file=sys.stderr, flush=True)
+        src.write_text(text.replace(line, "out[0][e] = in[0][e] - in[1][e];"))
+        ops.reload()
+        print("MARK reloaded", file=sys.stderr, flush=True)
+        assert torch.equal(ops.add(a, b), a - b), "eager call did not pick up the edit"
+        torch._dynamo.reset()
+        fresh = torch.compile(lambda x, y: ops.add(x, y), fullgraph=True)
+        assert torch.equal(fresh(a, b), a - b), "a freshly compiled graph did not pick up the edit"
+
+        src.write_text(text.replace(line, "out[0][e] = in[0][e] + ;"))
+        try:
+            ops.reload()
+        except ops.BuildError as e:
+            assert "add.c:" in str(e) and "error" in str(e), str(e)
+        else:
+            raise SystemExit("a compile error did not raise")
+        assert torch.equal(ops.add(a, b), a - b), "the previous kernels stopped serving after a failed build"
+
+        src.write_text(text.replace(line, "out[0][e] = in[0][e] * in[1][e];"))
+        importlib.reload(ops)
+        assert torch.equal(ops.add(a, b), a * b), "importlib.reload(ops) did not pick up the edit"
+        src.write_text(text)
+        ops.reload()
+        assert torch.equal(ops.add(a, b), a + b)
+        print("OK")
+    """)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+    edit = r.stderr.split("MARK edit")[1].split("MARK reloaded")[0]
+    compiled = [line for line in edit.splitlines() if "compiling" in line]
+    assert compiled == [line for line in compiled if "csrc/cpu/add.c" in line] and len(compiled) == 1, edit
+
+
+def test_registration_change_needs_restart(tree):
+    t, cache = tree
+    r = _run(t, cache, """
+        import pathlib, ops
+        p = pathlib.Path("csrc/ops/add.cpp")
+        text = p.read_text()
+        p.write_text(text + "\\n// edited\\n")
+        try:
+            ops.reload()
+        except RuntimeError as e:
+            assert "restart Python" in str(e), str(e)
+            print("OK")
+        finally:
+            p.write_text(text)
+    """)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+def _build_kernels_code() -> str:
+    return "import torch_ops_jit as j; print('PATH', j.build_kernels(j.Config()))"
+
+
+def test_concurrent_cold_builds_compile_once(fresh_tree):
+    t, cache = fresh_tree
+    procs = [subprocess.Popen([sys.executable, "-c", _build_kernels_code()], cwd=t, env=_env(cache),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    outs = [p.communicate(timeout=600) + (p.returncode,) for p in procs]
+    assert all(rc == 0 for _, _, rc in outs), outs
+    paths = {out.split("PATH ")[1].strip() for out, _, _ in outs}
+    assert len(paths) == 1, paths
+    builders = [err for _, err, _ in outs if "building kernels" in err]
+    assert len(builders) == 1, [err for _, err, _ in outs]
+
+
+def test_sigkilled_build_does_not_block(fresh_tree):
+    t, cache = fresh_tree
+    p = subprocess.Popen([sys.executable, "-c", _build_kernels_code()], cwd=t, env=_env(cache),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    for line in p.stderr:
+        if "compiling" in line:
+            break
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    t0 = time.monotonic()
+    r = _run(t, cache, _build_kernels_code(), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "waiting" not in r.stderr  # nothing held the lock
+    path = r.stdout.split("PATH ")[1].strip()
+    assert jit._verified(path)
+    assert time.monotonic() - t0 < 120
+
+
+def test_corrupt_library_is_rebuilt(fresh_tree):
+    t, cache = fresh_tree
+    r = _run(t, cache, _build_kernels_code())
+    assert r.returncode == 0, r.stderr
+    path = r.stdout.split("PATH ")[1].strip()
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        f.truncate(size // 2)
+    assert not jit._verified(path)
+    r = _run(t, cache, _build_kernels_code())
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("PATH ")[1].strip() == path
+    assert jit._verified(path) and os.path.getsize(path) == size
+
+
+def test_changed_source_gets_a_new_library(fresh_tree):
+    t, cache = fresh_tree
+    first = _run(t, cache, _build_kernels_code()).stdout.split("PATH ")[1].strip()
+    with open(os.path.join(t, "csrc", "cpu", "relu.c"), "a") as f:
+        f.write("\n/* edited */\n")
+    second = _run(t, cache, _build_kernels_code()).stdout.split("PATH ")[1].strip()
+    assert first != second and jit._verified(first) and jit._verified(second)
+
+
+def test_cache_is_private(fresh_tree, tmp_path):
+    t, cache = fresh_tree
+    r = _run(t, cache, _build_kernels_code())
+    assert r.returncode == 0, r.stderr
+    cfg_dir = os.path.dirname(r.stdout.split("PATH ")[1].strip())
+    for d in (cache, cfg_dir):
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700, d
+    os.chmod(cache, 0o777)
+    r = _run(t, cache, "import ops")
+    assert r.returncode != 0 and "writable by other users" in r.stderr, r.stderr
+
+
+def test_cache_key_follows_torch_version(monkeypatch):
+    import torch
+
+    a = jit.Config().dir
+    monkeypatch.setattr(torch, "__version__", "9.9.9")
+    b = jit.Config().dir
+    assert a != b and "torch9.9.9" in b
+
+
+def test_command_line(fresh_tree):
+    t, cache = fresh_tree
+    r = subprocess.run([sys.executable, "-m", "torch_ops_jit", "info"], cwd=t, env=_env(cache),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for key in ("cache_root", "torch", "cuda_home", "archs", "ops_with_cuda_code"):
+        assert key in r.stdout
+    r = _run(t, cache, _build_kernels_code())
+    assert "[1/" in r.stderr and "linking" in r.stderr  # progress: files compiled / total
+    r = subprocess.run([sys.executable, "-m", "torch_ops_jit", "clean"], cwd=t, env=_env(cache),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and not os.path.exists(cache)
