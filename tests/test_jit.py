@@ -228,3 +228,34 @@ def test_command_line(fresh_tree):
     r = subprocess.run([sys.executable, "-m", "torch_ops_jit", "clean"], cwd=t, env=_env(cache),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and not os.path.exists(cache)
+
+
+@pytest.mark.cuda
+def test_cuda_kernel_reload(tmp_path):
+    t, cache = _copy_tree(tmp_path / "tree"), _seed_cache(tmp_path / "cache")
+    r = _run(t, cache, """
+        import pathlib
+        import torch, ops
+        a, b = torch.randn(1000, device="cuda"), torch.randn(1000, device="cuda")
+        assert torch.equal(ops.add(a, b), a + b)
+        src = pathlib.Path("csrc/cuda/add.cu")
+        text = src.read_text()
+        line = "o[0] = i[0] + i[1];"
+        assert line in text
+        src.write_text(text.replace(line, "o[0] = i[0] - i[1];"))
+        ops.reload()
+        assert torch.equal(ops.add(a, b), a - b), "the CUDA edit did not take effect"
+        src.write_text(text.replace(line, "o[0] = i[0] + ;"))
+        try:
+            ops.reload()
+        except ops.BuildError as e:
+            assert "add.cu(" in str(e) and "error" in str(e), str(e)
+        else:
+            raise SystemExit("a CUDA compile error did not raise")
+        assert torch.equal(ops.add(a, b), a - b)
+        src.write_text(text)
+        ops.reload()
+        assert torch.equal(ops.add(a, b), a + b)
+        print("OK")
+    """, MYOPS_NO_CUDA_KERNELS="0")
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr

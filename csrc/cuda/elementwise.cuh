@@ -60,9 +60,13 @@ __device__ __forceinline__ void ew_flat_one(const EwArgs<Op::NIN, Op::NOUT>& a, 
   for (int k = 0; k < Op::NOUT; ++k) static_cast<T*>(a.out[k].ptr)[j] = y[k].v[0];
 }
 
+// Vectors per operand and thread in the flat kernel: 8 for one input (relu), 4 otherwise, so that every thread
+// keeps at least 8 independent 16-byte loads in flight.
+template <class Op> constexpr int flat_unroll() { return Op::NIN == 1 ? 2 * kEwUnroll : kEwUnroll; }
+
 template <class T, int VEC, class Op>
 __global__ void __launch_bounds__(kEwThreads) ew_flat_kernel(EwArgs<Op::NIN, Op::NOUT> a, Op op) {
-  constexpr int NIN = Op::NIN, NOUT = Op::NOUT, U = kEwUnroll;
+  constexpr int NIN = Op::NIN, NOUT = Op::NOUT, U = flat_unroll<Op>();
   const int64_t n = a.cols, tile = (int64_t)kEwThreads * VEC * U;
   for (int64_t base = (int64_t)blockIdx.x * tile; base < n; base += (int64_t)gridDim.x * tile) {
     if (base + tile <= n) {
@@ -146,7 +150,7 @@ template <class K> int64_t resident_blocks(K kernel) {
 template <class T, int VEC, class Op> int ew_launch_flat(const EwArgs<Op::NIN, Op::NOUT>& a, const Op& op,
                                                          cudaStream_t stream) {
   auto kernel = ew_flat_kernel<T, VEC, Op>;
-  const int64_t blocks = std::min<int64_t>(ceil_div(a.cols, (int64_t)kEwThreads * VEC * kEwUnroll),
+  const int64_t blocks = std::min<int64_t>(ceil_div(a.cols, (int64_t)kEwThreads * VEC * flat_unroll<Op>()),
                                            resident_blocks(kernel));
   kernel<<<(unsigned)blocks, kEwThreads, 0, stream>>>(a, op);
   return launch_status();
