@@ -9,8 +9,8 @@
 //               template <class C> __device__ void operator()(C (&out)[NOUT], const C (&in)[NIN]) const; };
 // evaluated in acc_t<T> (fp32 for half types).
 //
-// Two kernels, both on a persistent grid that loops over the problem (per-thread setup -- 64-bit
-// address math -- is paid once, not once per 16 bytes) and U independent 16-byte loads per operand in flight:
+// Two kernels, each thread with several independent 16-byte loads per operand in flight (its 64-bit address setup
+// paid once for all of them), looping if the grid had to be capped:
 //   flat: one row, every operand contiguous: tiles of blockDim * VEC * U elements;
 //   rows: [rows, cols] with row strides: threads across column vectors, U rows per step.
 #pragma once
@@ -135,24 +135,13 @@ __global__ void __launch_bounds__(kEwThreads) ew_rows_kernel(EwArgs<Op::NIN, Op:
   }
 }
 
-// A grid of exactly the blocks that fit on the chip at once (a persistent grid): every block loops over its share,
-// and no partial last wave leaves multiprocessors idle. Cached per kernel instantiation.
-template <class K> int64_t resident_blocks(K kernel) {
-  static int per_sm = 0;
-  if (per_sm == 0) {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kEwThreads, 0) != cudaSuccess || n <= 0) n = 4;
-    per_sm = n;
-  }
-  return (int64_t)per_sm * sm_count();
-}
-
+// Grids: one flat tile per block (the hardware scheduler balances blocks as they finish; a persistent grid of
+// resident blocks lost ~5% to tiles that did not divide evenly among them), and a few rows per row-kernel thread.
 template <class T, int VEC, class Op> int ew_launch_flat(const EwArgs<Op::NIN, Op::NOUT>& a, const Op& op,
                                                          cudaStream_t stream) {
-  auto kernel = ew_flat_kernel<T, VEC, Op>;
   const int64_t blocks = std::min<int64_t>(ceil_div(a.cols, (int64_t)kEwThreads * VEC * flat_unroll<Op>()),
-                                           resident_blocks(kernel));
-  kernel<<<(unsigned)blocks, kEwThreads, 0, stream>>>(a, op);
+                                           0x7fffffff);
+  ew_flat_kernel<T, VEC, Op><<<(unsigned)blocks, kEwThreads, 0, stream>>>(a, op);
   return launch_status();
 }
 
@@ -165,10 +154,9 @@ template <class T, int VEC, class Op> int ew_launch_rows(const EwArgs<Op::NIN, O
   const int ty = kEwThreads / tx;
   const int64_t gx = ceil_div(per_thread, tx);
   if (gx > 0x7fffffff) return MYOPS_EARG;
-  auto kernel = ew_rows_kernel<T, VEC, Op>;
-  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>({ceil_div(a.rows, (int64_t)ty),
-                                                              resident_blocks(kernel) / gx, 65535}));
-  kernel<<<dim3((unsigned)gx, (unsigned)gy), dim3(tx, ty), 0, stream>>>(a, op);
+  constexpr int64_t kRowsPerThread = 2;
+  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(ceil_div(a.rows, ty * kRowsPerThread), 65535));
+  ew_rows_kernel<T, VEC, Op><<<dim3((unsigned)gx, (unsigned)gy), dim3(tx, ty), 0, stream>>>(a, op);
   return launch_status();
 }
 
@@ -183,9 +171,9 @@ template <class T, class Op> int ew_launch_typed(const EwArgs<Op::NIN, Op::NOUT>
   aligned = aligned && (a.rows == 1 || a.cols % VEC == 0);  // the row kernel has no partial vectors
   for (int i = 0; i < Op::NIN; ++i) check(a.in[i].ptr, a.in[i].row_stride, a.in[i].col_stride);
   for (int k = 0; k < Op::NOUT; ++k) check(a.out[k].ptr, a.out[k].row_stride, a.out[k].col_stride);
-  if (a.rows == 1 && unit) {
-    return aligned ? ew_launch_flat<T, VEC>(a, op, stream) : ew_launch_flat<T, 1>(a, op, stream);
-  }
+  // Three instantiations per dtype, not four: an unaligned single row takes the row kernel's one-element path
+  // (each kernel instantiation costs edit->reload time).
+  if (a.rows == 1 && unit && aligned) return ew_launch_flat<T, VEC>(a, op, stream);
   return unit && aligned ? ew_launch_rows<T, VEC>(a, op, stream) : ew_launch_rows<T, 1>(a, op, stream);
 }
 
