@@ -27,14 +27,17 @@ template <> __device__ __forceinline__ __half from_acc<__half>(float v) { return
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // Calls f(T{}) with T the storage type for a myops_dtype code; returns MYOPS_EDTYPE for anything else.
-template <class F> int dispatch_dtype(int dtype, F&& f) {
+// With Only >= 0, only that dtype code is instantiated (a translation unit holding one dtype's kernels).
+template <int Only = -1, class F> int dispatch_dtype(int dtype, F&& f) {
+  if (Only >= 0 && dtype != Only) return MYOPS_EDTYPE;
   switch (dtype) {
-    case MYOPS_F32: return f(float{});
-    case MYOPS_F16: return f(__half{});
-    case MYOPS_BF16: return f(__nv_bfloat16{});
-    case MYOPS_F64: return f(double{});
-    default: return MYOPS_EDTYPE;
+    case MYOPS_F32: if constexpr (Only < 0 || Only == MYOPS_F32) return f(float{}); break;
+    case MYOPS_F16: if constexpr (Only < 0 || Only == MYOPS_F16) return f(__half{}); break;
+    case MYOPS_BF16: if constexpr (Only < 0 || Only == MYOPS_BF16) return f(__nv_bfloat16{}); break;
+    case MYOPS_F64: if constexpr (Only < 0 || Only == MYOPS_F64) return f(double{}); break;
+    default: break;
   }
+  return MYOPS_EDTYPE;
 }
 
 // Every launcher ends with this: a bad launch configuration or an earlier sticky error surfaces here, at the op

@@ -16,6 +16,13 @@
 #pragma once
 #include "common.cuh"
 
+// The one dtype code whose kernels this translation unit instantiates (-1: all); see MYOPS_EW_PART below.
+#if defined(MYOPS_EW_PART) && MYOPS_EW_PART < 4
+#define MYOPS_EW_ONLY MYOPS_EW_PART
+#else
+#define MYOPS_EW_ONLY -1
+#endif
+
 namespace myops {
 
 constexpr int kEwThreads = 256;
@@ -186,14 +193,48 @@ template <class Op> int ew_launch(const myops_out_operand* outs, const myops_ope
   a.rows = rows;
   a.cols = cols;
   const Op op(scalars);
-  return dispatch_dtype(dtype, [&](auto t) { return ew_launch_typed<decltype(t)>(a, op, stream); });
+  return dispatch_dtype<MYOPS_EW_ONLY>(dtype, [&](auto t) { return ew_launch_typed<decltype(t)>(a, op, stream); });
 }
 
 }  // namespace myops
 
 // Defines the C entry point `name` (the ABI every elementwise op shares; see csrc/ops/common.h).
+//
+// Parallel build: the JIT may compile an elementwise .cu file five times with MYOPS_EW_PART = 0..3 (the kernels of
+// one dtype code each: f32, f16, bf16, f64) and 4 (the entry point, which dispatches to the parts), so that on a
+// many-core host an edit recompiles four quarter-size translation units at once. Without MYOPS_EW_PART, one
+// translation unit holds everything.
+#define MYOPS_EW_ARGS                                                                                           \
+  const myops_out_operand *outs, const myops_operand *ins, int64_t rows, int64_t cols, int dtype,              \
+      const double *scalars, void *stream
+#define MYOPS_EW_CAT_(a, b) a##b
+#define MYOPS_EW_CAT(a, b) MYOPS_EW_CAT_(a, b)
+
+#if !defined(MYOPS_EW_PART)
 #define MYOPS_EW_CUDA_ENTRY(name, Op)                                                                          \
-  extern "C" int name(const myops_out_operand* outs, const myops_operand* ins, int64_t rows, int64_t cols,     \
-                      int dtype, const double* scalars, void* stream) {                                        \
+  extern "C" int name(MYOPS_EW_ARGS) {                                                                         \
     return myops::ew_launch<Op>(outs, ins, rows, cols, dtype, scalars, static_cast<cudaStream_t>(stream));     \
   }
+#elif MYOPS_EW_PART == 4
+#define MYOPS_EW_CUDA_ENTRY(name, Op)                                                                          \
+  extern "C" int name##_part0(MYOPS_EW_ARGS);                                                                  \
+  extern "C" int name##_part1(MYOPS_EW_ARGS);                                                                  \
+  extern "C" int name##_part2(MYOPS_EW_ARGS);                                                                  \
+  extern "C" int name##_part3(MYOPS_EW_ARGS);                                                                  \
+  extern "C" int name(MYOPS_EW_ARGS) {                                                                         \
+    switch (dtype) {                                                                                           \
+      case MYOPS_F32: return name##_part0(outs, ins, rows, cols, dtype, scalars, stream);                      \
+      case MYOPS_F16: return name##_part1(outs, ins, rows, cols, dtype, scalars, stream);                      \
+      case MYOPS_BF16: return name##_part2(outs, ins, rows, cols, dtype, scalars, stream);                     \
+      case MYOPS_F64: return name##_part3(outs, ins, rows, cols, dtype, scalars, stream);                      \
+      default: return MYOPS_EDTYPE;                                                                            \
+    }                                                                                                          \
+  }
+#else
+#define MYOPS_EW_CUDA_ENTRY(name, Op)                                                                          \
+  extern "C" int MYOPS_EW_CAT(name##_part, MYOPS_EW_PART)(MYOPS_EW_ARGS) {                                     \
+    return dtype == MYOPS_EW_PART                                                                              \
+               ? myops::ew_launch<Op>(outs, ins, rows, cols, dtype, scalars, static_cast<cudaStream_t>(stream)) \
+               : MYOPS_EDTYPE;                                                                                 \
+  }
+#endif
