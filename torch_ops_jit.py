@@ -37,7 +37,6 @@ import stat
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 import time
 
