@@ -79,6 +79,7 @@ class Case:
     bytes: Callable[[Sequence, object], int] = io_bytes
     backward: bool = False
     variant: str = ""
+    shape: tuple[int, ...] | None = None  # this case's input shape (default: --shape); an explicit --shape wins
 
     @property
     def name(self) -> str:
@@ -171,7 +172,8 @@ def check(label: str, got, want, inputs: Inputs) -> str:
 
 def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable | None) -> tuple[list, list]:
     """Rows [op, dtype, pass, impl, µs, GB/s] for one case and dtype, and the correctness failures."""
-    inputs = case.make_inputs(args.shape, dtype, args.device)
+    shape = args.shape if args.shape_given or case.shape is None else case.shape
+    inputs = case.make_inputs(shape, dtype, args.device)
     impls = {"myops": case.myops_fn, "eager": case.torch_fn} | ({"compile": compiled} if compiled else {})
     label = f"{case.name} {DTYPE_NAMES[dtype]}"
     out = case.myops_fn(*inputs)
@@ -189,7 +191,7 @@ def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable
         with torch.no_grad() if mode == "fwd" else torch.enable_grad():
             fn()  # compiles (torch.compile) outside the timed region, which do_bench sizes its loop from
             us = time_us(fn)
-        rows.append([case.name, DTYPE_NAMES[dtype], mode, impl, us, nbytes / us / 1e3])
+        rows.append([case.name, "x".join(map(str, shape)), DTYPE_NAMES[dtype], mode, impl, us, nbytes / us / 1e3])
     return rows, [f for f in failures if f]
 
 
@@ -200,7 +202,7 @@ def format_table(headers: list[str], rows: list[list], markdown: bool = False) -
         lines = ["| " + " | ".join(r) + " |" for r in cells]
         return "\n".join(lines[:1] + ["|" + "---|" * len(headers)] + lines[1:])
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    return "\n".join("  ".join(c.ljust(w) if i < 4 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return "\n".join("  ".join(c.ljust(w) if i < 5 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
                      for r in cells)
 
 
@@ -209,7 +211,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ops", default=",".join(dict.fromkeys(c.op for c in CASES)), help="comma-separated op stems")
     p.add_argument("--dtypes", default="bf16,fp32", help=f"comma-separated, of {','.join(DTYPES)}")
-    p.add_argument("--shape", default="16384,4096", help="comma-separated input shape")
+    p.add_argument("--shape", help="comma-separated input shape for every case (default: the case's own shape, "
+                   "else 16384,4096)")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="skip the torch.compile rows")
     p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True, help="time forward+backward")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as markdown to PATH")
@@ -220,7 +223,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown ops: {sorted(unknown)}")
     args.dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
-    args.shape = tuple(int(s) for s in args.shape.split(","))
+    args.shape_given = args.shape is not None
+    args.shape = tuple(int(s) for s in (args.shape or "16384,4096").split(","))
     args.device = torch.device(args.device)
     return args
 
@@ -245,9 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             failures += case_failures
     device = torch.cuda.get_device_name() if args.device.type == "cuda" else platform.processor() or "cpu"
     header = [f"device: {device}", f"torch: {torch.__version__}", f"date: {datetime.datetime.now():%Y-%m-%d %H:%M}",
-              f"command: python {shlex.join(sys.argv)}", f"shape: {list(args.shape)}",
+              f"command: python {shlex.join(sys.argv)}", f"default shape: {list(args.shape)}",
               f"timer: {timer}", f"copy bandwidth: {copy_bw:.1f} GB/s"]
-    headers = ["op", "dtype", "pass", "impl", "time (µs)", "GB/s", "% copy"]
+    headers = ["op", "shape", "dtype", "pass", "impl", "time (µs)", "GB/s", "% copy"]
     failed = [f"FAIL: {f}" for f in failures]
     print("\n".join(header[:2] + header[4:]), format_table(headers, rows), *failed, sep="\n")
     if args.markdown:

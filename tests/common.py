@@ -20,6 +20,12 @@ TOL = {
     torch.bfloat16: (2.0**-7, 1e-5),
 }
 
+# Accuracy against eager (issue 4): |ours - ref|_max <= 2 |eager - ref|_max + FLOOR[dtype] * max(1, |ref|_max),
+# ref in float64 and eager the PyTorch expression run in the op's dtype on the same device. FLOOR is one unit in the
+# last place at magnitude 1: it only matters when eager happens to be (nearly) exact, e.g. rows of one element.
+FLOOR = {torch.float64: 2.0**-52, torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+EAGER_FACTOR = 2.0
+
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 LAYOUTS = ["contiguous", "transposed", "row_strided", "col_strided", "permuted"]
@@ -157,3 +163,68 @@ def check_against_reference(fn: Callable, ref_fn: Callable, inputs: Sequence[tor
             check_close(gi, red, dtype, scale=scale, what=f"grad of input {i}")
         else:
             check_close(gi, ri, dtype, what=f"grad of input {i}")
+
+
+def _outputs(out) -> list[torch.Tensor]:
+    return [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
+
+
+def check_vs_eager(out: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype,
+                   what: str = "output") -> None:
+    """max|out - ref| <= EAGER_FACTOR * max|eager - ref| + FLOOR[dtype] * max(1, max|ref|) (NaNs must agree)."""
+    o, e, r = (t.detach().to("cpu", torch.float64) for t in (out, eager, ref))
+    assert o.shape == r.shape, f"{what}: shape {tuple(o.shape)} != reference {tuple(r.shape)}"
+    if o.numel() == 0:
+        return
+    assert torch.equal(torch.isnan(o), torch.isnan(r)), f"{what}: NaN where the reference has none (or v.v.)"
+    finite = torch.isfinite(r)
+    assert torch.equal(o[~finite], r[~finite]), f"{what}: infinities differ from the reference"
+    ours = (o - r)[finite].abs().max().item() if finite.any() else 0.0
+    theirs = (e - r)[finite].abs().nan_to_num(float("inf")).max().item() if finite.any() else 0.0
+    floor = FLOOR[dtype] * max(1.0, r[finite].abs().max().item() if finite.any() else 1.0)
+    assert ours <= EAGER_FACTOR * theirs + floor, (
+        f"{what}: max error {ours:.3g} > {EAGER_FACTOR} x eager's {theirs:.3g} + floor {floor:.3g} (dtype {dtype})")
+
+
+def check_against_eager(fn: Callable, eager_fn: Callable, ref_fn: Callable | None, inputs: Sequence[torch.Tensor],
+                        grad: bool = True, grad_inputs: Sequence[int] | None = None) -> None:
+    """fn(*inputs) (one tensor or a tuple) and its gradients are at most EAGER_FACTOR times as far from the
+    float64 reference as eager_fn(*inputs) in the same dtype (plus FLOOR). ref_fn defaults to eager_fn (run on
+    float64 CPU copies). grad_inputs: the inputs to differentiate (default: every floating-point one)."""
+    ref_fn = ref_fn or eager_fn
+    floating = [i for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    diff = list(floating if grad_inputs is None else grad_inputs) if grad else []
+    device = next(t for t in inputs if isinstance(t, torch.Tensor)).device.type
+
+    def prepared(cast):
+        return [cast(t).requires_grad_(i in diff) if isinstance(t, torch.Tensor) else t
+                for i, t in enumerate(inputs)]
+
+    xs = prepared(lambda t: t.detach())
+    es = prepared(lambda t: t.detach().clone())
+    rs = prepared(lambda t: t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.detach().cpu())
+    poison_allocator(device)
+    outs, eags, refs = _outputs(fn(*xs)), _outputs(eager_fn(*es)), _outputs(ref_fn(*rs))
+    assert len(outs) == len(refs), f"{len(outs)} outputs, reference has {len(refs)}"
+    for k, (o, e, r) in enumerate(zip(outs, eags, refs)):
+        check_vs_eager(o, e, r, o.dtype, what=f"output {k}")
+    if not diff:
+        return
+    pairs = [(o, e, r) for o, e, r in zip(outs, eags, refs) if o.requires_grad and o.numel() > 0]
+    if not pairs:
+        return
+    gs = [torch.randn(r.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(7 + k))
+          for k, (_, _, r) in enumerate(pairs)]
+    poison_allocator(device)
+    targets = [xs[i] for i in diff]
+    got = torch.autograd.grad([o for o, _, _ in pairs], targets, [g.to(o.dtype).to(o.device) for g, (o, _, _) in
+                                                                   zip(gs, pairs)], allow_unused=True)
+    eag = torch.autograd.grad([e for _, e, _ in pairs], [es[i] for i in diff],
+                              [g.to(e.dtype).to(e.device) for g, (_, e, _) in zip(gs, pairs)], allow_unused=True)
+    ref = torch.autograd.grad([r for _, _, r in pairs], [rs[i] for i in diff], gs, allow_unused=True)
+    for i, a, b, c in zip(diff, got, eag, ref):
+        if c is None:
+            assert a is None or not a.abs().any(), f"grad of input {i}: reference has none"
+            continue
+        assert a is not None, f"grad of input {i}: missing"
+        check_vs_eager(a, b, c, a.dtype, what=f"grad of input {i}")
