@@ -69,6 +69,42 @@ def with_bias_scale(shape, dtype, device) -> Inputs:
     return with_bias(shape, dtype, device) + (0.5,)
 
 
+def with_weight(shape, dtype, device) -> Inputs:
+    return unary(shape, dtype, device) + (randn(shape[-1], dtype=dtype, device=device),)
+
+
+def with_weight_bias(shape, dtype, device) -> Inputs:
+    return with_weight(shape, dtype, device) + (randn(shape[-1], dtype=dtype, device=device),)
+
+
+def with_residual_weight(shape, dtype, device) -> Inputs:
+    return binary(shape, dtype, device) + (randn(shape[-1], dtype=dtype, device=device),)
+
+
+def logits_target(shape, dtype, device) -> Inputs:
+    return unary(shape, dtype, device) + (torch.randint(0, shape[-1], shape[:-1], device=device),)
+
+
+def rms_norm_eager(x, w, eps=1e-6):
+    """The issue's expression: fp32 math, output in x's dtype."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def add_rms_norm_eager(x, r, w):
+    s = x + r
+    return rms_norm_eager(s, w), s
+
+
+def row_cases(op, make_inputs, myops_fn, torch_fn, long_rows=True):
+    """An op at the default shape and, with long_rows, at rows of 65536 and 262144 (same element count)."""
+    cases = [Case(op, make_inputs, myops_fn, torch_fn, backward=True)]
+    if long_rows:
+        cases += [Case(op, make_inputs, myops_fn, torch_fn, backward=True, variant=f"N={n}", shape=(m, n))
+                  for m, n in ((1024, 65536), (256, 262144))]
+    return cases
+
+
 @dataclass(frozen=True)
 class Case:
     """One benchmarked expression: op is the myops stem that --ops selects, variant tells apart cases of one op."""
@@ -95,6 +131,14 @@ CASES = [
     Case("bias_gelu", with_bias, ops.bias_gelu, lambda x, b: F.gelu(x + b, approximate="tanh"), backward=True),
     Case("sum", unary, lambda x: ops.sum(x, -1), lambda x: x.sum(-1), variant="dim=-1"),
     Case("sum", unary, lambda x: ops.sum(x, 0), lambda x: x.sum(0), variant="dim=0"),
+    *row_cases("layer_norm", with_weight_bias, ops.layer_norm, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)),
+    *row_cases("rms_norm", with_weight, ops.rms_norm, rms_norm_eager),
+    *row_cases("add_rms_norm", with_residual_weight, ops.add_rms_norm, add_rms_norm_eager, long_rows=False),
+    *row_cases("softmax", unary, ops.softmax, lambda x: torch.softmax(x, -1)),
+    *row_cases("log_softmax", unary, ops.log_softmax, lambda x: torch.log_softmax(x, -1), long_rows=False),
+    Case("cross_entropy", logits_target, ops.cross_entropy, F.cross_entropy, backward=True, shape=(4096, 32000)),
+    Case("cross_entropy", logits_target, ops.cross_entropy, F.cross_entropy, backward=True, shape=(1024, 262144),
+         variant="V=262144"),
 ]
 
 
@@ -154,7 +198,7 @@ def with_grad(inputs: Inputs) -> Inputs:
 def fwd_bwd(fn: Callable, inputs: Inputs, grad: torch.Tensor) -> Callable[[], tuple]:
     """A closure running fn forward and backward (gradient grad) to every input that requires grad."""
     leaves = [x for x in tensors(inputs) if x.requires_grad]
-    return lambda: torch.autograd.grad(fn(*inputs), leaves, grad)
+    return lambda: torch.autograd.grad(tensors(fn(*inputs)), leaves, grad)
 
 
 def check(label: str, got, want, inputs: Inputs) -> str:
@@ -181,18 +225,33 @@ def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable
     runs = [("fwd", impl, lambda fn=fn: fn(*inputs), case.bytes(inputs, out)) for impl, fn in impls.items()]
     if args.backward and case.backward:
         inputs = with_grad(inputs)
-        grad = torch.randn_like(out)
+        grad = [torch.randn_like(t) for t in tensors(out)]
         grads = {impl: fwd_bwd(fn, inputs, grad) for impl, fn in impls.items()}
         failures.append(check(f"{label} grads", grads["myops"](), grads["eager"](), inputs))
-        nbytes = case.bytes(inputs, out) + case.bytes(inputs + (grad,), tensors(inputs))  # bwd re-reads inputs
+        nbytes = case.bytes(inputs, out) + case.bytes(inputs + tuple(grad), tensors(inputs))  # bwd re-reads inputs
         runs += [("fwd+bwd", impl, fn, nbytes) for impl, fn in grads.items()]
     rows = []
     for mode, impl, fn, nbytes in runs:
         with torch.no_grad() if mode == "fwd" else torch.enable_grad():
             fn()  # compiles (torch.compile) outside the timed region, which do_bench sizes its loop from
+            extra = peak_extra_mb(fn, args.device)
             us = time_us(fn)
-        rows.append([case.name, "x".join(map(str, shape)), DTYPE_NAMES[dtype], mode, impl, us, nbytes / us / 1e3])
+        rows.append([case.name, "x".join(map(str, shape)), DTYPE_NAMES[dtype], mode, impl, us, nbytes / us / 1e3,
+                     extra])
     return rows, [f for f in failures if f]
+
+
+def peak_extra_mb(fn: Callable[[], object], device: torch.device) -> float:
+    """Peak CUDA memory one call of fn allocates beyond what was allocated before it (MB), outputs included."""
+    if device.type != "cuda":
+        return float("nan")
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = fn()
+    torch.cuda.synchronize()
+    del out
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def format_table(headers: list[str], rows: list[list], markdown: bool = False) -> str:
@@ -245,13 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 case_rows, case_failures = bench_case(case, dtype, args, time_us, compiled)
             except Exception as e:  # one broken op or compile must not hide the other rows
                 case_rows, case_failures = [], [f"{case.name} {DTYPE_NAMES[dtype]}: {type(e).__name__}: {e}"]
-            rows += [r + [100 * r[-1] / copy_bw] for r in case_rows]
+            rows += [r[:-1] + [100 * r[-2] / copy_bw, r[-1]] for r in case_rows]
             failures += case_failures
     device = torch.cuda.get_device_name() if args.device.type == "cuda" else platform.processor() or "cpu"
     header = [f"device: {device}", f"torch: {torch.__version__}", f"date: {datetime.datetime.now():%Y-%m-%d %H:%M}",
               f"command: python {shlex.join(sys.argv)}", f"default shape: {list(args.shape)}",
               f"timer: {timer}", f"copy bandwidth: {copy_bw:.1f} GB/s"]
-    headers = ["op", "shape", "dtype", "pass", "impl", "time (µs)", "GB/s", "% copy"]
+    headers = ["op", "shape", "dtype", "pass", "impl", "time (µs)", "GB/s", "% copy", "peak MB"]
     failed = [f"FAIL: {f}" for f in failures]
     print("\n".join(header[:2] + header[4:]), format_table(headers, rows), *failed, sep="\n")
     if args.markdown:

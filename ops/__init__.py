@@ -13,7 +13,7 @@ import torch_ops_jit as _jit
 
 # The one list an op is added to: each name has csrc/ops/<name>.cpp, csrc/cpu/<name>.c, csrc/cuda/<name>.cu,
 # ops/<name>.py (defining the function <name>), tests/test_<name>.py and a benchmarks/bench.py entry.
-OPS = ("add", "mul", "relu", "scale_bias_relu", "bias_gelu", "sum")
+OPS = ("add", "mul", "relu", "scale_bias_relu", "bias_gelu", "sum", "rms_norm", "add_rms_norm", "layer_norm", "softmax", "log_softmax", "cross_entropy")
 
 _jit.reload()  # first import: build if needed and load; importlib.reload(ops): pick up edited kernels
 

@@ -21,9 +21,10 @@ TOL = {
 }
 
 # Accuracy against eager (issue 4): |ours - ref|_max <= 2 |eager - ref|_max + FLOOR[dtype] * max(1, |ref|_max),
-# ref in float64 and eager the PyTorch expression run in the op's dtype on the same device. FLOOR is one unit in the
-# last place at magnitude 1: it only matters when eager happens to be (nearly) exact, e.g. rows of one element.
-FLOOR = {torch.float64: 2.0**-52, torch.float32: 2.0**-23, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+# ref in float64 and eager the PyTorch expression run in the op's dtype on the same device. FLOOR is four units in
+# the last place at magnitude 1: it only matters when eager happens to be (nearly) exact, e.g. rows of one element,
+# where any other rounding order of the same formula is a few ulps off.
+FLOOR = {torch.float64: 2.0**-50, torch.float32: 2.0**-21, torch.float16: 2.0**-8, torch.bfloat16: 2.0**-5}
 EAGER_FACTOR = 2.0
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
@@ -178,7 +179,8 @@ def check_vs_eager(out: torch.Tensor, eager: torch.Tensor, ref: torch.Tensor, dt
         return
     assert torch.equal(torch.isnan(o), torch.isnan(r)), f"{what}: NaN where the reference has none (or v.v.)"
     finite = torch.isfinite(r)
-    assert torch.equal(o[~finite], r[~finite]), f"{what}: infinities differ from the reference"
+    assert torch.equal(o[~finite].nan_to_num(0.0), r[~finite].nan_to_num(0.0)), (
+        f"{what}: infinities differ from the reference")
     ours = (o - r)[finite].abs().max().item() if finite.any() else 0.0
     theirs = (e - r)[finite].abs().nan_to_num(float("inf")).max().item() if finite.any() else 0.0
     floor = FLOOR[dtype] * max(1.0, r[finite].abs().max().item() if finite.any() else 1.0)

@@ -99,6 +99,49 @@ void check_status(int rc, const char* op, const char* device) {
 #endif
 }
 
+// ---- row-wise ops -----------------------------------------------------------------------------------------------
+namespace {
+bool collapse_leading(const at::Tensor& t, int64_t& M, int64_t& stride) {
+  M = 1;
+  stride = t.size(-1);  // any value works for a single row; keep it aligned like a contiguous tensor's
+  bool first = true;
+  for (int64_t d = t.dim() - 2; d >= 0; --d) {
+    const int64_t n = t.size(d), s = t.stride(d);
+    if (n == 1) continue;
+    if (first) {
+      M = n;
+      stride = s;
+      first = false;
+    } else if (s == stride * M) {
+      M *= n;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
+RowsView rows_view(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(t.dim() >= 1);
+  RowsView v{t, 0, t.size(-1), {}};
+  int64_t rs = v.N;
+  if (t.numel() == 0) {  // nothing to read: M counts the (possibly empty) rows
+    v.M = 1;
+    for (int64_t d = 0; d + 1 < t.dim(); ++d) v.M *= t.size(d);
+  } else if (!collapse_leading(v.t, v.M, rs)) {
+    v.t = t.contiguous();
+    TORCH_INTERNAL_ASSERT(collapse_leading(v.t, v.M, rs));
+  }
+  v.op = {v.t.data_ptr(), rs, v.N > 1 ? v.t.stride(-1) : 1};
+  return v;
+}
+
+myops_out_operand out_rows(const at::Tensor& t) {
+  TORCH_INTERNAL_ASSERT(t.is_contiguous() && t.dim() >= 1);
+  return {t.data_ptr(), t.size(-1), 1};
+}
+
 // ---- elementwise driver ---------------------------------------------------------------------------------------
 namespace {
 // Merges the dims of a shape shared by several operands into as few strided dims as possible (size-1 dims drop

@@ -7,9 +7,13 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <atomic>
+#include <limits>
+#include <optional>
+#include <tuple>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -96,6 +100,53 @@ template <class F> void parallel_rows(int64_t n, int64_t cost, const F& fn) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cost, 1));
   at::parallel_for(0, n, grain, fn);
 }
+
+// ---- row-wise ops (norms, softmax, cross_entropy): problems of M rows of N = t.size(-1) elements ------------
+struct RowsView {
+  at::Tensor t;  // the tensor the operand points into (t itself, or a contiguous copy)
+  int64_t M, N;
+  myops_operand op;
+};
+// t's leading dims collapsed into one (size, stride), its last dim as the columns; a layout whose leading dims do
+// not collapse is copied to contiguous memory once.
+RowsView rows_view(const at::Tensor& t);
+// The [M, N] operand of a contiguous tensor whose last dim has N elements.
+myops_out_operand out_rows(const at::Tensor& t);
+// The operand moved down by `rows` rows (a CPU worker's share of the problem).
+inline myops_operand shifted(myops_operand o, int64_t rows, int64_t es) {
+  o.ptr = static_cast<const char*>(o.ptr) + rows * o.row_stride * es;
+  return o;
+}
+inline myops_out_operand shifted(myops_out_operand o, int64_t rows, int64_t es) {
+  o.ptr = static_cast<char*>(o.ptr) + rows * o.row_stride * es;
+  return o;
+}
+// The per-row statistics saved for a backward pass: fp32, or fp64 for fp64 inputs.
+inline at::ScalarType stat_dtype(const at::Tensor& x) {
+  return x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+}
+// Runs fn(b, e) -> status over row ranges [b, e) of [0, M) on CPU threads; raises on a failed status.
+template <class F> void cpu_rows(int64_t M, int64_t N, const char* op, const F& fn) {
+  std::atomic<int> status{MYOPS_OK};
+  parallel_rows(M, N, [&](int64_t b, int64_t e) {
+    const int rc = fn(b, e);
+    if (rc != MYOPS_OK) status.store(rc);
+  });
+  check_status(status.load(), op, "CPU");
+}
+// Like cpu_rows over a fixed split into `parts` ranges, fn(part, b, e): per-part partial sums stay deterministic.
+template <class F> void cpu_row_parts(int64_t M, int64_t parts, const char* op, const F& fn) {
+  std::atomic<int> status{MYOPS_OK};
+  at::parallel_for(0, parts, 1, [&](int64_t pb, int64_t pe) {
+    for (int64_t q = pb; q < pe; ++q) {
+      const int rc = fn(q, M * q / parts, M * (q + 1) / parts);
+      if (rc != MYOPS_OK) status.store(rc);
+    }
+  });
+  check_status(status.load(), op, "CPU");
+}
+// Number of parts for cpu_row_parts: enough for every thread, never more than the rows.
+inline int64_t cpu_parts(int64_t M) { return std::max<int64_t>(1, std::min<int64_t>(M, at::get_num_threads())); }
 
 #ifdef MYOPS_WITH_CUDA
 inline void* current_stream(const at::Tensor& t) {

@@ -1,0 +1,54 @@
+/* cross_entropy on the CPU, logits rows [M, C], fp64 math; formulas in csrc/cuda/cross_entropy.cu. loss and lse
+ * [M] are fp32 (fp64 for fp64); targets were validated by the caller (an out-of-range one is clamped). */
+#include "rows.h"
+
+int myops_cross_entropy_cpu(void* loss, void* lse, myops_operand x, const int64_t* target, int64_t t_stride,
+                            int64_t M, int64_t C, int64_t ignore_index, double smoothing, int dtype) {
+  const int64_t es = myops_dtype_size(dtype);
+  if (es == 0) return MYOPS_EDTYPE;
+  for (int64_t r = 0; r < M; ++r) {
+    const char* xr = myops_row(&x, r, es);
+    double m = -INFINITY, s = 0.0, sx = 0.0;
+    int nan = 0;
+    for (int64_t i = 0; i < C; ++i) {
+      const double v = myops_ld(dtype, xr, i * x.col_stride);
+      if (v != v) nan = 1;
+      else if (v > m) m = v;
+      sx += v;
+    }
+    for (int64_t i = 0; i < C; ++i) s += exp(myops_ld(dtype, xr, i * x.col_stride) - m);
+    const double l = nan ? NAN : m + log(s);
+    myops_st_stat(dtype, lse, r, l);
+    const int64_t t = target[r * t_stride];
+    if (t == ignore_index) {
+      myops_st_stat(dtype, loss, r, 0.0);
+    } else {
+      const int64_t tc = t < 0 ? 0 : (t >= C ? C - 1 : t);
+      const double xt = myops_ld(dtype, xr, tc * x.col_stride);
+      myops_st_stat(dtype, loss, r, l - (1.0 - smoothing) * xt - smoothing / (double)C * sx);
+    }
+  }
+  return MYOPS_OK;
+}
+
+int myops_cross_entropy_backward_cpu(myops_out_operand dx, myops_operand x, const int64_t* target, int64_t t_stride,
+                                     const void* lse, const void* grad, int64_t g_stride, int64_t M, int64_t C,
+                                     int64_t ignore_index, double smoothing, int dtype) {
+  const int64_t es = myops_dtype_size(dtype);
+  if (es == 0) return MYOPS_EDTYPE;
+  for (int64_t r = 0; r < M; ++r) {
+    const char* xr = myops_row(&x, r, es);
+    char* dr = myops_out_row(&dx, r, es);
+    const int64_t t = target[r * t_stride];
+    if (t == ignore_index) {
+      for (int64_t i = 0; i < C; ++i) myops_st(dtype, dr, i * dx.col_stride, 0.0);
+      continue;
+    }
+    const double g = myops_ld_stat(dtype, grad, r * g_stride), l = myops_ld_stat(dtype, lse, r);
+    for (int64_t i = 0; i < C; ++i) {
+      const double p = exp(myops_ld(dtype, xr, i * x.col_stride) - l);
+      myops_st(dtype, dr, i * dx.col_stride, g * (p - smoothing / (double)C - (i == t ? 1.0 - smoothing : 0.0)));
+    }
+  }
+  return MYOPS_OK;
+}

@@ -1,0 +1,63 @@
+/* layer_norm on the CPU, rows [M, N], fp64 math; formulas in csrc/cuda/layer_norm.cu. w, b null when absent;
+ * ws null, or [2][N] fp64 receiving this call's rows' dw and db contributions (added to what it holds). */
+#include "rows.h"
+
+int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
+                         const void* b, int64_t M, int64_t N, double eps, int dtype) {
+  const int64_t es = myops_dtype_size(dtype);
+  if (es == 0) return MYOPS_EDTYPE;
+  for (int64_t r = 0; r < M; ++r) {
+    const char* xr = myops_row(&x, r, es);
+    double sum = 0.0, sq = 0.0;
+    for (int64_t i = 0; i < N; ++i) sum += myops_ld(dtype, xr, i * x.col_stride);
+    const double mu = sum / (double)N;
+    for (int64_t i = 0; i < N; ++i) {
+      const double d = myops_ld(dtype, xr, i * x.col_stride) - mu;
+      sq += d * d;
+    }
+    const double rs = 1.0 / sqrt(sq / (double)N + eps);
+    myops_st_stat(dtype, mean, r, mu);
+    myops_st_stat(dtype, rstd, r, rs);
+    char* yr = myops_out_row(&y, r, es);
+    for (int64_t i = 0; i < N; ++i) {
+      double v = (myops_ld(dtype, xr, i * x.col_stride) - mu) * rs;
+      if (w) v *= myops_ld(dtype, w, i);
+      if (b) v += myops_ld(dtype, b, i);
+      myops_st(dtype, yr, i * y.col_stride, v);
+    }
+  }
+  return MYOPS_OK;
+}
+
+int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
+                                  const void* mean, const void* rstd, const void* w, int64_t M, int64_t N,
+                                  int dtype) {
+  const int64_t es = myops_dtype_size(dtype);
+  if (es == 0) return MYOPS_EDTYPE;
+  for (int64_t r = 0; r < M; ++r) {
+    const char* gr = myops_row(&dy, r, es);
+    const char* xr = myops_row(&x, r, es);
+    const double mu = myops_ld_stat(dtype, mean, r), rs = myops_ld_stat(dtype, rstd, r);
+    double sg = 0.0, sgx = 0.0;
+    for (int64_t i = 0; i < N; ++i) {
+      const double g = myops_ld(dtype, gr, i * dy.col_stride);
+      const double xh = (myops_ld(dtype, xr, i * x.col_stride) - mu) * rs;
+      if (ws) {
+        ws[i] += g * xh;
+        ws[N + i] += g;
+      }
+      const double gw = w ? g * myops_ld(dtype, w, i) : g;
+      sg += gw;
+      sgx += gw * xh;
+    }
+    const double mg = sg / (double)N, mgx = sgx / (double)N;
+    char* dr = myops_out_row(&dx, r, es);
+    for (int64_t i = 0; i < N; ++i) {
+      const double g = myops_ld(dtype, gr, i * dy.col_stride);
+      const double gw = w ? g * myops_ld(dtype, w, i) : g;
+      const double xh = (myops_ld(dtype, xr, i * x.col_stride) - mu) * rs;
+      myops_st(dtype, dr, i * dx.col_stride, rs * (gw - mg - xh * mgx));
+    }
+  }
+  return MYOPS_OK;
+}

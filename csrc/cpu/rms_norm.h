@@ -1,0 +1,67 @@
+/* rms_norm.h: rms_norm and add_rms_norm on the CPU (rows [M, N], fp64 math). See csrc/cuda/rms_norm.cuh for the
+ * formulas. res / ds_out are null for plain rms_norm; w null means no weight; ws [N] (fp64) receives this call's
+ * rows' dw contributions (added to what it holds). */
+#ifndef MYOPS_CPU_RMS_NORM_H
+#define MYOPS_CPU_RMS_NORM_H
+
+#include "rows.h"
+
+static int myops_rms_forward_cpu(const myops_out_operand* y, const myops_out_operand* s_out, void* rstd,
+                                 const myops_operand* x, const myops_operand* res, const void* w, int64_t M,
+                                 int64_t N, double eps, int dtype) {
+  const int64_t es = myops_dtype_size(dtype);
+  if (es == 0) return MYOPS_EDTYPE;
+  for (int64_t r = 0; r < M; ++r) {
+    const char* xr = myops_row(x, r, es);
+    const char* rr = res ? myops_row(res, r, es) : NULL;
+    double ss = 0.0;
+    for (int64_t i = 0; i < N; ++i) {
+      double v = myops_ld(dtype, xr, i * x->col_stride);
+      if (rr) v = myops_round(dtype, v + myops_ld(dtype, rr, i * res->col_stride));
+      ss += v * v;
+    }
+    const double rs = 1.0 / sqrt(ss / (double)N + eps);
+    if (rstd) myops_st_stat(dtype, rstd, r, rs);
+    char* yr = myops_out_row(y, r, es);
+    char* sr = s_out ? myops_out_row(s_out, r, es) : NULL;
+    for (int64_t i = 0; i < N; ++i) {
+      double v = myops_ld(dtype, xr, i * x->col_stride);
+      if (rr) {
+        v = myops_round(dtype, v + myops_ld(dtype, rr, i * res->col_stride));
+        myops_st(dtype, sr, i * s_out->col_stride, v);
+      }
+      myops_st(dtype, yr, i * y->col_stride, v * rs * (w ? myops_ld(dtype, w, i) : 1.0));
+    }
+  }
+  return MYOPS_OK;
+}
+
+static int myops_rms_backward_cpu(const myops_out_operand* dx, double* ws, const myops_operand* dy,
+                                  const myops_operand* s, const myops_operand* ds_out, const void* rstd,
+                                  const void* w, int64_t M, int64_t N, int dtype) {
+  const int64_t es = myops_dtype_size(dtype);
+  if (es == 0) return MYOPS_EDTYPE;
+  for (int64_t r = 0; r < M; ++r) {
+    const char* gr = myops_row(dy, r, es);
+    const char* sr = myops_row(s, r, es);
+    const double rs = myops_ld_stat(dtype, rstd, r);
+    double dot = 0.0;
+    for (int64_t i = 0; i < N; ++i) {
+      const double g = myops_ld(dtype, gr, i * dy->col_stride), v = myops_ld(dtype, sr, i * s->col_stride);
+      if (w) ws[i] += g * v * rs;
+      dot += g * (w ? myops_ld(dtype, w, i) : 1.0) * v;
+    }
+    const double k = dot / (double)N * rs * rs;
+    char* dr = myops_out_row(dx, r, es);
+    const char* er = ds_out ? myops_row(ds_out, r, es) : NULL;
+    for (int64_t i = 0; i < N; ++i) {
+      const double g = myops_ld(dtype, gr, i * dy->col_stride) * (w ? myops_ld(dtype, w, i) : 1.0);
+      double d = rs * (g - myops_ld(dtype, sr, i * s->col_stride) * k);
+      if (er) d += myops_ld(dtype, er, i * ds_out->col_stride);
+      myops_st(dtype, dr, i * dx->col_stride, d);
+    }
+  }
+  return MYOPS_OK;
+}
+
+#endif /* MYOPS_CPU_RMS_NORM_H */

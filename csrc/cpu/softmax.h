@@ -1,0 +1,54 @@
+/* softmax.h: softmax (log = 0) and log_softmax (log = 1) on the CPU, rows [M, N], fp64 math; formulas in
+ * csrc/cuda/softmax.cuh. */
+#ifndef MYOPS_CPU_SOFTMAX_H
+#define MYOPS_CPU_SOFTMAX_H
+
+#include "rows.h"
+
+static int softmax_rows_forward(const myops_out_operand* y, const myops_operand* x, int64_t M, int64_t N,
+                                     int dtype, int is_log) {
+  const int64_t es = myops_dtype_size(dtype);
+  if (es == 0) return MYOPS_EDTYPE;
+  for (int64_t r = 0; r < M; ++r) {
+    const char* xr = myops_row(x, r, es);
+    double m = -INFINITY, s = 0.0;
+    int nan = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      const double v = myops_ld(dtype, xr, i * x->col_stride);
+      if (v != v) nan = 1;
+      else if (v > m) m = v;
+    }
+    for (int64_t i = 0; i < N; ++i) s += exp(myops_ld(dtype, xr, i * x->col_stride) - m);
+    if (nan) s = NAN;
+    const double shift = m + log(s);
+    char* yr = myops_out_row(y, r, es);
+    for (int64_t i = 0; i < N; ++i) {
+      const double v = myops_ld(dtype, xr, i * x->col_stride);
+      myops_st(dtype, yr, i * y->col_stride, is_log ? v - shift : exp(v - m) / s);
+    }
+  }
+  return MYOPS_OK;
+}
+
+static int softmax_rows_backward(const myops_out_operand* dx, const myops_operand* dy, const myops_operand* y,
+                                      int64_t M, int64_t N, int dtype, int is_log) {
+  const int64_t es = myops_dtype_size(dtype);
+  if (es == 0) return MYOPS_EDTYPE;
+  for (int64_t r = 0; r < M; ++r) {
+    const char* gr = myops_row(dy, r, es);
+    const char* yr = myops_row(y, r, es);
+    double k = 0.0;
+    for (int64_t i = 0; i < N; ++i) {
+      const double g = myops_ld(dtype, gr, i * dy->col_stride);
+      k += is_log ? g : g * myops_ld(dtype, yr, i * y->col_stride);
+    }
+    char* dr = myops_out_row(dx, r, es);
+    for (int64_t i = 0; i < N; ++i) {
+      const double g = myops_ld(dtype, gr, i * dy->col_stride), v = myops_ld(dtype, yr, i * y->col_stride);
+      myops_st(dtype, dr, i * dx->col_stride, is_log ? g - exp(v) * k : v * (g - k));
+    }
+  }
+  return MYOPS_OK;
+}
+
+#endif /* MYOPS_CPU_SOFTMAX_H */

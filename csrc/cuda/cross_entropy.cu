@@ -1,0 +1,142 @@
+// cross_entropy over logits [M, C] (rows of any vocabulary size), target [M] (int64), on the rows.cuh engine in
+// streaming mode: each kernel reads the logits once, and nothing of size [M, C] but the gradient is ever written.
+//
+// forward, per row i with t = target[i] != ignore_index (eps = label_smoothing):
+//   lse_i  = m + log(sum_j exp(x_ij - m))           (online: one pass keeps a running max and rescaled sum)
+//   loss_i = lse_i - (1 - eps) x_it - eps / C * sum_j x_ij      (= (1 - eps) nll + eps * mean_j(-log p_ij))
+//   ignored rows: loss_i = 0. Saved: lse [M] (acc_t). The caller reduces loss (mean over non-ignored rows / sum).
+// backward:  dx_ij = g_i (exp(x_ij - lse_i) - (1 - eps) [j == t] - eps / C), 0 on ignored rows; g_i [M] is the
+//   incoming gradient already divided by the row count for reduction = "mean".
+#include "rows.cuh"
+
+namespace {
+using namespace myops;
+using namespace myops::rows;
+
+template <class T>
+__global__ void __launch_bounds__(kMaxThreads) ce_fwd_kernel(acc_t<T>* __restrict__ loss,      // [M]
+                                                             acc_t<T>* __restrict__ lse,       // [M]
+                                                             myops_operand x,                  // [M, C]
+                                                             const int64_t* __restrict__ target, int64_t t_stride,
+                                                             int64_t M, int64_t C, int64_t ignore_index,
+                                                             acc_t<T> smoothing, int vec_mask, Plan p) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ Pair<A> red[32], cred[2];
+  Ctx c(p, C);
+  const myops_operand in[1] = {x};
+  for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
+    Tile<T, 1> t(c, in, vec_mask, r, nullptr);
+    A m = neg_inf<A>(), s = A(0), sx = A(0);
+#pragma unroll 4  // independent 16-byte loads of four slots in flight per thread
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
+      A v[VEC];
+      t.get(0, j, v);
+      const int nv = t.valid(j);
+      A mx = m;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        if (e < nv && v[e] > mx) mx = v[e];
+      if (mx != m) {
+        s = m == neg_inf<A>() ? s : s * exp_of<T>(m - mx);
+        m = mx;
+      }
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if (e < nv) {
+          s += v[e] == neg_inf<A>() ? A(0) : exp_of<T>(v[e] - m);
+          sx += v[e];
+        }
+      }
+    }
+    const Pair<A> ms = c.reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, red, cred);
+    const A sum_x = smoothing != A(0) ? c.reduce(Pair<A>{sx, A(0)}, AddOp{}, red, cred).a : A(0);
+    if (c.rank == 0 && c.tid == 0) {
+      const int64_t tg = target[r * t_stride];
+      const A l = ms.a + log_of<T>(ms.b);
+      lse[r] = l;
+      if (tg == ignore_index) {
+        loss[r] = A(0);
+      } else {
+        // the caller validated tg; clamp anyway so that a bad index cannot read outside the row
+        const int64_t tc = tg < 0 ? 0 : (tg >= C ? C - 1 : tg);
+        const A xt = to_acc(static_cast<const T*>(x.ptr)[r * x.row_stride + tc * x.col_stride]);
+        loss[r] = l - (A(1) - smoothing) * xt - smoothing / A(C) * sum_x;
+      }
+    }
+  }
+  c.finish();
+}
+
+template <class T>
+__global__ void __launch_bounds__(kMaxThreads) ce_bwd_kernel(myops_out_operand dx,                // [M, C]
+                                                             myops_operand x,                     // [M, C]
+                                                             const int64_t* __restrict__ target, int64_t t_stride,
+                                                             const acc_t<T>* __restrict__ lse,    // [M]
+                                                             const acc_t<T>* __restrict__ grad,   // [M] (stride)
+                                                             int64_t g_stride, int64_t M, int64_t C,
+                                                             int64_t ignore_index, acc_t<T> smoothing, int vec_mask,
+                                                             Plan p) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  Ctx c(p, C);
+  const myops_operand in[1] = {x};
+  for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
+    Tile<T, 1> t(c, in, vec_mask, r, nullptr);
+    const int64_t tg = target[r * t_stride];
+    const bool ignored = tg == ignore_index;
+    const A g = ignored ? A(0) : grad[r * g_stride], l = lse[r];
+    const A off = smoothing / A(C), hit = A(1) - smoothing;
+    const int64_t tl = tg - c.c0;  // the target's column within this CTA's chunk
+    const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
+#pragma unroll 4
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
+      A v[VEC];
+      t.get(0, j, v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A pr = ignored ? A(0) : exp_of<T>(v[e] - l);
+        v[e] = g * (pr - off - (j * VEC + e == tl ? hit : A(0)));
+      }
+      o.put(j, t.valid(j), v);
+    }
+  }
+}
+}  // namespace
+
+extern "C" int myops_cross_entropy_cuda(void* loss, void* lse, myops_operand x, const int64_t* target,
+                                        int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index,
+                                        double smoothing, int dtype, void* stream) {
+  if (M <= 0 || C <= 0) return MYOPS_OK;
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int es = sizeof(T);
+    Plan p = make_plan(M, C, es, 1, 0, 0, false);
+    auto kernel = ce_fwd_kernel<T>;
+    const int rc = finish_plan(p, kernel, M);
+    if (rc) return rc;
+    const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, C, es);
+    return launch(p, kernel, static_cast<cudaStream_t>(stream), static_cast<acc_t<T>*>(loss),
+                  static_cast<acc_t<T>*>(lse), x, target, t_stride, M, C, ignore_index, (acc_t<T>)smoothing, mask, p);
+  });
+}
+
+extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_operand x, const int64_t* target,
+                                                 int64_t t_stride, const void* lse, const void* grad,
+                                                 int64_t g_stride, int64_t M, int64_t C, int64_t ignore_index,
+                                                 double smoothing, int dtype, void* stream) {
+  if (M <= 0 || C <= 0) return MYOPS_OK;
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int es = sizeof(T);
+    Plan p = make_plan(M, C, es, 1, 0, 0, false);
+    auto kernel = ce_bwd_kernel<T>;
+    const int rc = finish_plan(p, kernel, M);
+    if (rc) return rc;
+    const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, C, es) |
+                     vec_ok(dx.ptr, dx.row_stride, dx.col_stride, M, C, es) << 3;
+    return launch(p, kernel, static_cast<cudaStream_t>(stream), dx, x, target, t_stride,
+                  static_cast<const acc_t<T>*>(lse), static_cast<const acc_t<T>*>(grad), g_stride, M, C,
+                  ignore_index, (acc_t<T>)smoothing, mask, p);
+  });
+}

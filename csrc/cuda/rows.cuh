@@ -1,0 +1,385 @@
+// rows.cuh: the engine of the row-wise ops (layer_norm, rms_norm, add_rms_norm, softmax, log_softmax,
+// cross_entropy and their backward passes). A problem is M rows of N columns; every operand is a myops_operand
+// (any row and column stride, so strided rows run without a copy).
+//
+// Work split (Plan, host side):
+//   short rows:  a warp per row, 8 rows per CTA (a row's reductions are warp shuffles only);
+//   other rows:  a CTA per row; when the staged row would exceed kStageBudget bytes, a thread block cluster of up
+//                to 8 CTAs (sm_90) splits it into chunks and combines partial reductions through distributed
+//                shared memory, so a 262144-wide fp32 row still lives on chip;
+//   persistent:  the grid is what fits on the chip at once; each row group loops over rows.
+// Staging (resident plans): every thread copies its slots (16-byte vectors) of the CTA's chunk of each input into
+// shared memory with cp.async -- the whole chunk is in flight at once -- then every pass of the op (statistics,
+// output) reads shared memory, so HBM sees each input once and each output once. A thread only ever reads back the
+// slots it staged itself, so no barrier guards the buffers. When even a cluster cannot hold the row, or the op needs
+// a single pass (cross_entropy), the plan streams (resident = 0): each pass re-reads global memory.
+#pragma once
+#include <cooperative_groups.h>
+
+#include "common.cuh"
+
+namespace myops {
+namespace rows {
+
+namespace cg = cooperative_groups;
+
+constexpr int kMaxCluster = 8;               // portable cluster size on sm_90
+constexpr int kWarpRows = 8;                 // rows per CTA with a warp per row
+constexpr int64_t kWarpRowBytes = 4096;      // staged bytes of a row up to which a warp handles it
+constexpr int64_t kStageBudget = 48 << 10;   // staged bytes per CTA before the row is split across a cluster
+constexpr int64_t kMaxSmem = 200 << 10;      // staged + accumulator bytes per CTA before streaming instead
+constexpr int kSlotsPerThread = 4;           // 16-byte slots per thread a CTA is sized for
+constexpr int kMaxThreads = 512;             // per CTA: leaves 128 registers per thread (1024 would cap at 64)
+
+struct Plan {
+  int threads;       // per CTA
+  int rows_per_cta;  // kWarpRows with a warp per row, else 1
+  int cluster;       // CTAs per row
+  int resident;      // 1: inputs staged in shared memory
+  int64_t chunk;     // columns per CTA (a multiple of 16: whole 16-byte vectors for every dtype)
+  int64_t buf;       // elements per staging buffer (chunk rounded so buffers stay 16-byte aligned)
+  int nstage;        // staged inputs
+  int nacc;          // per-column accumulators (weight gradients), 0 if none
+  int acc_smem;      // 1: accumulators in shared memory, 0: in the global workspace
+  int64_t groups;    // row groups in the grid (grid.x = groups * cluster)
+  int64_t smem;      // dynamic shared memory per CTA, bytes
+};
+
+// Pair<A>: the value every reduction carries (a sum, two sums, or the online-softmax (max, sum of exp)).
+template <class A> struct Pair { A a, b; };
+
+struct AddOp {
+  template <class A> __device__ __forceinline__ Pair<A> operator()(Pair<A> x, Pair<A> y) const {
+    return {x.a + y.a, x.b + y.b};
+  }
+};
+
+// exp for the statistics and outputs: fp32 uses the accurate expf (an fp32 output must not carry __expf's
+// argument-scaled error), half types the MUFU-based __expf (their rounding hides it), fp64 exp.
+template <class T> __device__ __forceinline__ acc_t<T> exp_of(acc_t<T> x) {
+  if constexpr (sizeof(T) == 2) return __expf(x);
+  else if constexpr (sizeof(T) == 4) return expf(x);
+  else return exp(x);
+}
+template <class T> __device__ __forceinline__ acc_t<T> log_of(acc_t<T> x) {
+  if constexpr (sizeof(T) == 8) return log(x);
+  else return logf(x);
+}
+// 1 / sqrt(v): correctly rounded sqrt and division (1 ulp) rather than rsqrtf's 2 ulp; once per row, free.
+template <class A> __device__ __forceinline__ A inv_sqrt(A v) { return A(1) / sqrt(v); }
+
+// Loads 16-byte slot j of a contiguous per-column vector (weight, bias) starting at column c0 (a multiple of 16).
+template <class T> __device__ __forceinline__ void get_param(const T* w, bool vec, int64_t j, int nv,
+                                                             acc_t<T> (&v)[16 / sizeof(T)]) {
+  constexpr int VEC = 16 / sizeof(T);
+  if (vec && nv == VEC) {
+    const Vec<T, VEC> t = *reinterpret_cast<const Vec<T, VEC>*>(w + j * VEC);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = to_acc(t.v[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) v[e] = e < nv ? to_acc(w[j * VEC + e]) : acc_t<T>(0);
+  }
+}
+template <class A> __device__ __forceinline__ A neg_inf() { return -INFINITY; }
+
+// (m, s): s = sum of exp(v - m) over the values seen, m their maximum. Combining rescales the smaller side.
+template <class T> struct OnlineSoftmaxOp {
+  using A = acc_t<T>;
+  __device__ __forceinline__ Pair<A> operator()(Pair<A> x, Pair<A> y) const {
+    const A m = x.a > y.a ? x.a : y.a;
+    if (m == neg_inf<A>()) return {m, x.b + y.b};  // nothing finite yet: avoid exp(-inf - -inf) = NaN
+    return {m, x.b * exp_of<T>(x.a - m) + y.b * exp_of<T>(y.a - m)};
+  }
+};
+
+// ---- cp.async: global -> shared without registers; every 16-byte copy of the chunk in flight at once ------------
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// This thread's place in the plan.
+struct Ctx {
+  const Plan& p;
+  int64_t group;  // row group: rows group, group + groups, ...
+  int rank;       // CTA rank in the cluster (chunk index)
+  int tid, nthr;  // index and count of the threads sharing a row
+  int slot;       // row slot of the CTA (warp index with a warp per row, else 0)
+  int64_t c0, n;  // this CTA's columns of the row: [c0, c0 + n)
+  int parity = 0; // alternates the cluster reduction slot
+
+  __device__ explicit Ctx(const Plan& plan, int64_t N) : p(plan) {
+    rank = (int)(blockIdx.x % (unsigned)p.cluster);
+    const int64_t cta_group = blockIdx.x / (unsigned)p.cluster;
+    if (p.rows_per_cta > 1) {
+      slot = threadIdx.x >> 5;
+      tid = threadIdx.x & 31;
+      nthr = 32;
+      group = cta_group * p.rows_per_cta + slot;
+    } else {
+      slot = 0;
+      tid = threadIdx.x;
+      nthr = blockDim.x;
+      group = cta_group;
+    }
+    c0 = (int64_t)rank * p.chunk;
+    n = c0 >= N ? 0 : (N - c0 < p.chunk ? N - c0 : p.chunk);
+  }
+  __device__ int64_t first_row() const { return group; }
+  __device__ int64_t row_step() const { return p.groups * p.rows_per_cta; }
+
+  // Combines v over the row: the warp (shuffles), the CTA (one shared slot per warp), then the cluster (each CTA's
+  // total read by every CTA through distributed shared memory, in rank order, so all CTAs agree bit for bit).
+  template <class A, class Op> __device__ Pair<A> reduce(Pair<A> v, Op op, Pair<A>* red /* smem [32] */,
+                                                         Pair<A>* cred /* smem [2] */) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const Pair<A> w{__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
+      v = op(v, w);
+    }
+    if (p.rows_per_cta > 1) return v;
+    const int nwarps = blockDim.x >> 5;
+    __syncthreads();  // red may still be read by the previous reduction
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    v = red[0];
+    for (int w = 1; w < nwarps; ++w) v = op(v, red[w]);
+    if (p.cluster > 1) {
+      cg::cluster_group cluster = cg::this_cluster();
+      if (threadIdx.x == 0) cred[parity] = v;
+      cluster.sync();  // also orders this slot's previous readers (two reductions ago) before the write above
+      v = *cluster.map_shared_rank(&cred[parity], 0);
+      for (int r = 1; r < p.cluster; ++r) v = op(v, *cluster.map_shared_rank(&cred[parity], r));
+      parity ^= 1;
+    }
+    return v;
+  }
+
+  // Before exit: no CTA of the cluster may leave while another still reads its shared memory.
+  __device__ void finish() {
+    if (p.cluster > 1) cg::this_cluster().sync();
+  }
+};
+
+// One row's chunk of NIN inputs: staged (resident) or read from global memory on every pass.
+template <class T, int NIN> struct Tile {
+  static constexpr int VEC = 16 / sizeof(T);
+  using A = acc_t<T>;
+  const T* g[NIN];  // element (r, c0) of each input
+  int64_t cs[NIN];
+  bool vec[NIN];    // 16-byte loads allowed (aligned, unit column stride)
+  T* s[NIN];        // staging buffers (resident)
+  int64_t n;
+  int tid, nthr;
+  bool resident;
+
+  // vec_mask bit k: input k's base pointer and row stride allow 16-byte loads when its column stride is 1.
+  __device__ Tile(const Ctx& c, const myops_operand (&in)[NIN], int vec_mask, int64_t r, unsigned char* smem) {
+    n = c.n;
+    tid = c.tid;
+    nthr = c.nthr;
+    resident = c.p.resident;
+#pragma unroll
+    for (int k = 0; k < NIN; ++k) {
+      g[k] = static_cast<const T*>(in[k].ptr) + r * in[k].row_stride + c.c0 * in[k].col_stride;
+      cs[k] = in[k].col_stride;
+      vec[k] = (vec_mask >> k) & 1;
+      s[k] = reinterpret_cast<T*>(smem) + ((int64_t)c.slot * c.p.nstage + k) * c.p.buf;
+    }
+  }
+  __device__ int64_t slots() const { return ceil_div(n, VEC); }
+  __device__ int valid(int64_t j) const { return n - j * VEC >= VEC ? VEC : (int)(n - j * VEC); }
+
+  // Copies this thread's slots of the inputs < nstage to shared memory (no-op when streaming).
+  __device__ void stage(int nstage = NIN) {
+    if (!resident) return;
+    for (int64_t j = tid; j < slots(); j += nthr) {
+      const int nv = valid(j);
+#pragma unroll
+      for (int k = 0; k < NIN; ++k) {
+        if (k >= nstage) break;
+        if (vec[k] && nv == VEC) {
+          cp_async16(s[k] + j * VEC, g[k] + j * VEC);
+        } else {
+          for (int e = 0; e < nv; ++e) s[k][j * VEC + e] = g[k][(j * VEC + e) * cs[k]];
+        }
+      }
+    }
+    cp_async_wait_all();
+  }
+
+  // Slot j of input k in the accumulation type; lanes past the row's end get `fill`.
+  __device__ __forceinline__ void get(int k, int64_t j, A (&v)[VEC], A fill = A(0), bool staged = true) const {
+    const int nv = valid(j);
+    if (resident && staged) {
+      if (nv == VEC) {
+        const Vec<T, VEC> t = *reinterpret_cast<const Vec<T, VEC>*>(s[k] + j * VEC);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = to_acc(t.v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[e] = e < nv ? to_acc(s[k][j * VEC + e]) : fill;
+      }
+    } else if (vec[k] && nv == VEC) {
+      const Vec<T, VEC> t = *reinterpret_cast<const Vec<T, VEC>*>(g[k] + j * VEC);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) v[e] = to_acc(t.v[e]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) v[e] = e < nv ? to_acc(g[k][(j * VEC + e) * cs[k]]) : fill;
+    }
+  }
+};
+
+// Where one output row's chunk goes.
+template <class T> struct OutRow {
+  static constexpr int VEC = 16 / sizeof(T);
+  T* g;
+  int64_t cs;
+  bool vec;
+  __device__ OutRow(const myops_out_operand& o, bool vec_ok, const Ctx& c, int64_t r)
+      : g(static_cast<T*>(o.ptr) + r * o.row_stride + c.c0 * o.col_stride), cs(o.col_stride), vec(vec_ok) {}
+  __device__ __forceinline__ void put(int64_t j, int nv, const acc_t<T> (&v)[VEC]) const {
+    if (vec && nv == VEC) {
+      Vec<T, VEC> t;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) t.v[e] = from_acc<T>(v[e]);
+      *reinterpret_cast<Vec<T, VEC>*>(g + j * VEC) = t;
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)  // unrolled with a guard: a runtime bound would put v in local memory
+        if (e < nv) g[(j * VEC + e) * cs] = from_acc<T>(v[e]);
+    }
+  }
+};
+
+// Per-column accumulators of a backward pass (weight gradients): this row group's columns of each of nacc
+// arrays, in shared memory when they fit (flushed to the workspace at the end) or directly in the workspace
+// ws [nacc][groups * rows_per_cta][N] (acc_t<T>). Each thread touches only the columns of its own slots.
+template <class T> struct ColAcc {
+  using A = acc_t<T>;
+  A* base;
+  int64_t stride;   // between the nacc arrays
+  A* ws;            // this group's row of the workspace, column c0
+  int64_t ws_stride;
+  __device__ ColAcc(const Ctx& c, A* workspace, unsigned char* acc_smem, int64_t N) {
+    const int64_t owners = c.p.groups * c.p.rows_per_cta;
+    ws = workspace + c.group * N + c.c0;
+    ws_stride = owners * N;
+    if (c.p.acc_smem) {
+      base = reinterpret_cast<A*>(acc_smem) + (int64_t)c.slot * c.p.nacc * c.p.chunk;
+      stride = c.p.chunk;
+    } else {
+      base = ws;
+      stride = ws_stride;
+    }
+  }
+  __device__ A* operator[](int k) const { return base + k * stride; }
+  // zero this thread's columns (call before the row loop)
+  __device__ void zero(const Ctx& c, int nacc) const {
+    constexpr int VEC = 16 / sizeof(T);
+    for (int64_t j = c.tid; j < ceil_div(c.n, VEC); j += c.nthr)
+      for (int k = 0; k < nacc; ++k)
+        for (int e = 0; e < VEC && j * VEC + e < c.n; ++e) (*this)[k][j * VEC + e] = A(0);
+  }
+  __device__ void flush(const Ctx& c, int nacc) const {
+    constexpr int VEC = 16 / sizeof(T);
+    if (!c.p.acc_smem) return;
+    for (int64_t j = c.tid; j < ceil_div(c.n, VEC); j += c.nthr)
+      for (int k = 0; k < nacc; ++k)
+        for (int e = 0; e < VEC && j * VEC + e < c.n; ++e) ws[k * ws_stride + j * VEC + e] = (*this)[k][j * VEC + e];
+  }
+};
+
+// ---- host side -----------------------------------------------------------------------------------------------
+
+inline bool vec_ok(const void* p, int64_t row_stride, int64_t col_stride, int64_t M, int64_t N, int elem) {
+  const int vec = 16 / elem;
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (col_stride == 1 || N <= 1) && (M <= 1 || row_stride % vec == 0);
+}
+
+// The work split for M rows of N elements of `elem` bytes with nstage staged inputs and nacc per-column
+// accumulators (of acc_elem bytes). resident = false asks for a streaming plan (single-pass ops).
+inline Plan make_plan(int64_t M, int64_t N, int elem, int nstage, int nacc, int acc_elem, bool want_resident) {
+  Plan p{};
+  p.nstage = nstage;
+  p.nacc = nacc;
+  const int vec = 16 / elem;
+  const int64_t row_bytes = (int64_t)nstage * N * elem;
+  if (want_resident && row_bytes <= kWarpRowBytes && N <= 1024) {
+    p.threads = 32 * kWarpRows;
+    p.rows_per_cta = kWarpRows;
+    p.cluster = 1;
+  } else {
+    p.rows_per_cta = 1;
+    p.cluster = 1;
+    if (want_resident) {
+      while (p.cluster < kMaxCluster && row_bytes > kStageBudget * p.cluster) p.cluster *= 2;
+    } else {
+      // streaming: split long rows over a cluster only when there are too few rows to fill the chip
+      const int64_t target = 2LL * sm_count();
+      while (p.cluster < kMaxCluster && M * p.cluster < target && N / (2 * p.cluster) >= 8192) p.cluster *= 2;
+    }
+  }
+  p.chunk = ceil_div(ceil_div(N, p.cluster), 16) * 16;
+  p.buf = ceil_div(p.chunk * elem, 16) * 16 / elem;
+  if (p.rows_per_cta == 1) {
+    const int64_t slots = ceil_div(p.chunk, vec);
+    const int64_t t = ceil_div(ceil_div(slots, kSlotsPerThread), 32) * 32;
+    p.threads = (int)std::min<int64_t>(kMaxThreads, std::max<int64_t>(128, t));
+  }
+  const int64_t stage_bytes = (int64_t)p.rows_per_cta * nstage * p.buf * elem;
+  const int64_t acc_bytes = (int64_t)p.rows_per_cta * nacc * p.chunk * acc_elem;
+  p.resident = want_resident && stage_bytes <= kMaxSmem;
+  p.acc_smem = nacc > 0 && (p.resident ? stage_bytes : 0) + acc_bytes <= kMaxSmem;
+  p.smem = (p.resident ? stage_bytes : 0) + (p.acc_smem ? acc_bytes : 0);
+  p.groups = 0;  // set by finish_plan
+  return p;
+}
+
+// Sizes the persistent grid for `kernel`: as many row groups as fit on the chip at once (never more than needed).
+template <class K> int finish_plan(Plan& p, K kernel, int64_t M) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return (int)e;
+  if (p.smem > 48 * 1024) {  // opt in to more than 48 KB of dynamic shared memory
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p.smem);
+    if (e != cudaSuccess) return (int)e;
+  }
+  int per_sm = 0;
+  e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads, (size_t)p.smem);
+  if (e != cudaSuccess) return (int)e;
+  if (per_sm < 1) return MYOPS_EARG;
+  const int64_t fit = std::max<int64_t>(1, (int64_t)per_sm * sm_count() / p.cluster);
+  p.groups = std::min<int64_t>(fit, ceil_div(std::max<int64_t>(M, 1), p.rows_per_cta));
+  return MYOPS_OK;
+}
+
+// Launches kernel<<<groups * cluster, threads, smem, stream>>>(args...) as clusters of p.cluster CTAs.
+template <class... KArgs, class... Args>
+int launch(const Plan& p, void (*kernel)(KArgs...), cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(p.groups * p.cluster));
+  cfg.blockDim = dim3((unsigned)p.threads);
+  cfg.dynamicSmemBytes = (size_t)p.smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  if (p.cluster > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)p.cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) return (int)e;
+  return launch_status();
+}
+
+inline int elem_size(int dtype) { return dtype == MYOPS_F64 ? 8 : dtype == MYOPS_F32 ? 4 : 2; }
+
+}  // namespace rows
+}  // namespace myops

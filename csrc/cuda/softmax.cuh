@@ -1,0 +1,144 @@
+// softmax.cuh: the kernels of softmax (LOG = false) and log_softmax (LOG = true) over rows [M, N], on the rows.cuh
+// engine.
+//
+// forward:   m = max(x), s = sum(exp(x - m))   (one pass: each thread keeps a running (m, s), rescaling s when m
+//                                              grows; threads, CTAs and cluster CTAs combine their pairs)
+//            softmax: y = exp(x - m) / s        log_softmax: y = x - m - log(s)
+// backward:  softmax: dx = y * (dy - sum(dy * y))      log_softmax: dx = dy - exp(y) * sum(dy)
+// Rows of -inf give NaN and NaN propagates, as in eager.
+#pragma once
+#include "rows.cuh"
+
+namespace myops {
+namespace softmax {
+using namespace rows;
+
+// Folds the VEC values of a slot into the running (m, s).
+template <class T, int VEC>
+__device__ __forceinline__ void online_update(acc_t<T>& m, acc_t<T>& s, const acc_t<T> (&v)[VEC], int nv) {
+  using A = acc_t<T>;
+  A mx = m;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    if (e < nv && v[e] > mx) mx = v[e];
+  if (mx != m) {  // m grew (never from -inf to -inf): rescale what was summed against the old maximum
+    s = m == neg_inf<A>() ? s : s * exp_of<T>(m - mx);
+    m = mx;
+  }
+#pragma unroll
+  for (int e = 0; e < VEC; ++e)
+    if (e < nv) s += v[e] == neg_inf<A>() ? A(0) : exp_of<T>(v[e] - m);
+}
+
+// vec_mask bits: 0 x / dy, 1 y (backward), 3 y / dx.
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kMaxThreads) fwd_kernel(myops_out_operand y,  // [M, N]
+                                                          myops_operand x,      // [M, N]
+                                                          int64_t M, int64_t N, int vec_mask, Plan p) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ Pair<A> red[32], cred[2];
+  Ctx c(p, N);
+  const myops_operand in[1] = {x};
+  for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
+    Tile<T, 1> t(c, in, vec_mask, r, smem);
+    t.stage();
+    A m = neg_inf<A>(), s = A(0);
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
+      A v[VEC];
+      t.get(0, j, v);
+      online_update<T, VEC>(m, s, v, t.valid(j));
+    }
+    const Pair<A> ms = c.reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, red, cred);
+    const A mx = ms.a;
+    const A shift = LOG ? mx + log_of<T>(ms.b) : mx;
+    const A inv = A(1) / ms.b;
+    const OutRow<T> o(y, (vec_mask >> 3) & 1, c, r);
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
+      A v[VEC];
+      t.get(0, j, v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if constexpr (LOG) v[e] = v[e] - shift;
+        else if constexpr (sizeof(T) == 2) v[e] = exp_of<T>(v[e] - mx) * inv;  // the rounding to T hides 1 ulp
+        else v[e] = exp_of<T>(v[e] - mx) / ms.b;
+      }
+      o.put(j, t.valid(j), v);
+    }
+  }
+  c.finish();
+}
+
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx,  // [M, N]
+                                                          myops_operand dy,      // [M, N]
+                                                          myops_operand y,       // [M, N] the forward output
+                                                          int64_t M, int64_t N, int vec_mask, Plan p) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ Pair<A> red[32], cred[2];
+  Ctx c(p, N);
+  const myops_operand in[2] = {dy, y};
+  for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
+    Tile<T, 2> t(c, in, vec_mask, r, smem);
+    t.stage(LOG ? 1 : 2);  // log_softmax reads y once, in the output pass
+    A acc = A(0);
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
+      A g[VEC], v[VEC];
+      t.get(0, j, g);
+      if constexpr (!LOG) t.get(1, j, v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc += LOG ? g[e] : g[e] * v[e];
+    }
+    const A k = c.reduce(Pair<A>{acc, A(0)}, AddOp{}, red, cred).a;
+    const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
+      A g[VEC], v[VEC];
+      t.get(0, j, g);
+      t.get(1, j, v, A(0), !LOG);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) g[e] = LOG ? g[e] - exp_of<T>(v[e]) * k : v[e] * (g[e] - k);
+      o.put(j, t.valid(j), g);
+    }
+  }
+  c.finish();
+}
+
+template <bool LOG>
+int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtype, void* stream) {
+  if (M <= 0 || N <= 0) return MYOPS_OK;
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int es = sizeof(T);
+    Plan p = make_plan(M, N, es, 1, 0, 0, true);
+    auto kernel = fwd_kernel<T, LOG>;
+    const int rc = finish_plan(p, kernel, M);
+    if (rc) return rc;
+    const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, N, es) |
+                     vec_ok(y.ptr, y.row_stride, y.col_stride, M, N, es) << 3;
+    return launch(p, kernel, static_cast<cudaStream_t>(stream), y, x, M, N, mask, p);
+  });
+}
+
+template <bool LOG>
+int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M, int64_t N, int dtype,
+             void* stream) {
+  if (M <= 0 || N <= 0) return MYOPS_OK;
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int es = sizeof(T);
+    Plan p = make_plan(M, N, es, LOG ? 1 : 2, 0, 0, true);
+    auto kernel = bwd_kernel<T, LOG>;
+    const int rc = finish_plan(p, kernel, M);
+    if (rc) return rc;
+    const int mask = vec_ok(dy.ptr, dy.row_stride, dy.col_stride, M, N, es) |
+                     vec_ok(y.ptr, y.row_stride, y.col_stride, M, N, es) << 1 |
+                     vec_ok(dx.ptr, dx.row_stride, dx.col_stride, M, N, es) << 3;
+    return launch(p, kernel, static_cast<cudaStream_t>(stream), dx, dy, y, M, N, mask, p);
+  });
+}
+
+}  // namespace softmax
+}  // namespace myops

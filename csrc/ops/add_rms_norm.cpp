@@ -1,0 +1,128 @@
+// myops::add_rms_norm(x, residual, weight?, eps) -> (y, s, rstd): s = x + residual (rounded to x's dtype, as the
+// eager sum), y = rms_norm(s, weight, eps), in one pass; rstd is saved for the backward pass.
+// myops::add_rms_norm_backward(grad_y, grad_s?, s, rstd, weight?, weight_grad) -> (ds, dweight):
+// ds = rms_norm's input gradient + grad_s, which is the gradient of both x and residual.
+#include "common.h"
+
+namespace {
+using FwdCpu = int (*)(myops_out_operand, myops_out_operand, void*, myops_operand, myops_operand, const void*,
+                       int64_t, int64_t, double, int);
+using FwdCuda = int (*)(myops_out_operand, myops_out_operand, void*, myops_operand, myops_operand, const void*,
+                        int64_t, int64_t, double, int, void*);
+using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, myops_operand, const void*,
+                       const void*, int64_t, int64_t, int);
+using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, myops_operand, const void*,
+                        const void*, int64_t, int64_t, int, void*);
+using WsCuda = int64_t (*)(int64_t, int64_t, int, int);
+myops::Kernel<FwdCpu> k_fwd_cpu("myops_add_rms_norm_cpu");
+myops::Kernel<FwdCuda> k_fwd_cuda("myops_add_rms_norm_cuda");
+myops::Kernel<BwdCpu> k_bwd_cpu("myops_add_rms_norm_backward_cpu");
+myops::Kernel<BwdCuda> k_bwd_cuda("myops_add_rms_norm_backward_cuda");
+myops::Kernel<WsCuda> k_ws_cuda("myops_add_rms_norm_backward_ws_cuda");
+
+at::Tensor checked_weight(const at::Tensor& x, const std::optional<at::Tensor>& weight, const char* op,
+                          const char* x_name) {
+  TORCH_CHECK(x.dim() >= 1, "myops.", op, ": ", x_name, " must have at least 1 dimension, got a 0-d tensor");
+  if (!weight.has_value()) return at::Tensor();
+  myops::check_last_dim_vector(x, *weight, op, x_name, "weight");
+  return weight->contiguous();
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x, const at::Tensor& residual,
+                                                            const std::optional<at::Tensor>& weight, double eps) {
+  const char* op = "add_rms_norm";
+  const int dtype = myops::dtype_code(x, op, "x");
+  myops::check_same_device(x, residual, op, "x", "residual");
+  myops::check_same_dtype(x, residual, op, "x", "residual");
+  myops::check_same_shape(x, residual, op, "x", "residual");
+  const at::Tensor w = checked_weight(x, weight, op, "x");
+  TORCH_CHECK(eps >= 0, "myops.add_rms_norm: eps must be >= 0");
+  const myops::RowsView xv = myops::rows_view(x), rv = myops::rows_view(residual);
+  at::Tensor y = at::empty(x.sizes(), x.options()), s = at::empty(x.sizes(), x.options());
+  at::Tensor rstd = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(myops::stat_dtype(x)));
+  if (xv.N == 0) rstd.fill_(std::numeric_limits<double>::quiet_NaN());
+  if (xv.M == 0 || xv.N == 0) return {y, s, rstd};
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  if (x.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(x.device());
+    const int rc = k_fwd_cuda.get()(myops::out_rows(y), myops::out_rows(s), rstd.data_ptr(), xv.op, rv.op, wp, xv.M,
+                                    xv.N, eps, dtype, myops::current_stream(x));
+    myops::check_status(rc, op, "CUDA");
+#endif
+    return {y, s, rstd};
+  }
+  const FwdCpu fn = k_fwd_cpu.get();
+  const int64_t es = x.element_size(), ss = rstd.element_size();
+  myops::cpu_rows(xv.M, xv.N, op, [&](int64_t b, int64_t e) {
+    return fn(myops::shifted(myops::out_rows(y), b, es), myops::shifted(myops::out_rows(s), b, es),
+              static_cast<char*>(rstd.data_ptr()) + b * ss, myops::shifted(xv.op, b, es),
+              myops::shifted(rv.op, b, es), wp, e - b, xv.N, eps, dtype);
+  });
+  return {y, s, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_y,
+                                                         const std::optional<at::Tensor>& grad_s,
+                                                         const at::Tensor& s, const at::Tensor& rstd,
+                                                         const std::optional<at::Tensor>& weight, bool weight_grad) {
+  const char* op = "add_rms_norm_backward";
+  const int dtype = myops::dtype_code(s, op, "s");
+  for (const auto& [g, name] : {std::pair<const at::Tensor*, const char*>{&grad_y, "grad_y"},
+                                {grad_s.has_value() ? &*grad_s : &grad_y, "grad_s"}}) {
+    myops::check_same_device(s, *g, op, "s", name);
+    myops::check_same_dtype(s, *g, op, "s", name);
+    myops::check_same_shape(s, *g, op, "s", name);
+  }
+  const at::Tensor w = checked_weight(s, weight, op, "s");
+  TORCH_CHECK(rstd.sizes() == s.sizes().slice(0, s.dim() - 1) && rstd.scalar_type() == myops::stat_dtype(s) &&
+                  rstd.device() == s.device(),
+              "myops.add_rms_norm_backward: rstd must be the rstd output of add_rms_norm for this s");
+  const bool dw = weight_grad && w.defined();
+  const myops::RowsView gv = myops::rows_view(grad_y), sv = myops::rows_view(s);
+  const at::Tensor zero = grad_s.has_value() ? at::Tensor() : at::zeros({1}, s.options()).expand(s.sizes());
+  const myops::RowsView ev = myops::rows_view(grad_s.has_value() ? *grad_s : zero);
+  const at::Tensor rs = rstd.contiguous();
+  at::Tensor dx = at::empty(s.sizes(), s.options());
+  at::Tensor dweight = dw ? at::zeros({sv.N}, s.options()) : at::empty({0}, s.options());
+  if (sv.M == 0 || sv.N == 0) return {dx, dweight};
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  at::Tensor ws;
+  if (s.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(s.device());
+    if (dw) ws = at::empty({k_ws_cuda.get()(sv.M, sv.N, dtype, 1), sv.N}, s.options().dtype(myops::stat_dtype(s)));
+    const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, sv.op, ev.op,
+                                    rs.data_ptr(), wp, sv.M, sv.N, dtype, myops::current_stream(s));
+    myops::check_status(rc, op, "CUDA");
+#endif
+  } else {
+    const BwdCpu fn = k_bwd_cpu.get();
+    const int64_t es = s.element_size(), ss = rs.element_size(), parts = myops::cpu_parts(sv.M);
+    if (dw) ws = at::zeros({parts, sv.N}, s.options().dtype(at::kDouble));
+    myops::cpu_row_parts(sv.M, parts, op, [&](int64_t q, int64_t b, int64_t e) {
+      return fn(myops::shifted(myops::out_rows(dx), b, es), dw ? ws.data_ptr<double>() + q * sv.N : nullptr,
+                myops::shifted(gv.op, b, es), myops::shifted(sv.op, b, es), myops::shifted(ev.op, b, es),
+                static_cast<const char*>(rs.data_ptr()) + b * ss, wp, e - b, sv.N, dtype);
+    });
+  }
+  if (dw) dweight = ws.sum(0).to(s.scalar_type());
+  return {dx, dweight};
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(myops, m) {
+  m.def("add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float eps=1e-6) -> (Tensor, Tensor, Tensor)");
+  m.def("add_rms_norm_backward(Tensor grad_y, Tensor? grad_s, Tensor s, Tensor rstd, Tensor? weight, "
+        "bool weight_grad) -> (Tensor, Tensor)");
+}
+TORCH_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("add_rms_norm", &add_rms_norm);
+  m.impl("add_rms_norm_backward", &add_rms_norm_backward);
+}
+#ifdef MYOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("add_rms_norm", &add_rms_norm);
+  m.impl("add_rms_norm_backward", &add_rms_norm_backward);
+}
+#endif

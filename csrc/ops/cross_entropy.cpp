@@ -1,0 +1,158 @@
+// myops::cross_entropy(logits, target, ignore_index=-100, label_smoothing=0., reduction="mean") -> (loss, lse)
+//   = F.cross_entropy(logits, target, ignore_index=..., label_smoothing=..., reduction=...) for logits [M, C] or
+//   [C] and int64 class indices target [M] or []; lse [target.shape] (fp32, fp64 for fp64) is saved for backward.
+//   The logits are read once (online max/sum); no [M, C] temporary exists. Targets are validated first (one small
+//   reduction and a host sync; out-of-range classes raise instead of reading out of bounds).
+// myops::cross_entropy_backward(grad, logits, target, lse, ignore_index, label_smoothing, reduction) -> dlogits.
+#include "common.h"
+
+#include <ATen/ops/sum.h>
+
+namespace {
+using FwdCpu = int (*)(void*, void*, myops_operand, const int64_t*, int64_t, int64_t, int64_t, int64_t, double, int);
+using FwdCuda = int (*)(void*, void*, myops_operand, const int64_t*, int64_t, int64_t, int64_t, int64_t, double, int,
+                        void*);
+using BwdCpu = int (*)(myops_out_operand, myops_operand, const int64_t*, int64_t, const void*, const void*, int64_t,
+                       int64_t, int64_t, int64_t, double, int);
+using BwdCuda = int (*)(myops_out_operand, myops_operand, const int64_t*, int64_t, const void*, const void*, int64_t,
+                        int64_t, int64_t, int64_t, double, int, void*);
+myops::Kernel<FwdCpu> k_fwd_cpu("myops_cross_entropy_cpu");
+myops::Kernel<FwdCuda> k_fwd_cuda("myops_cross_entropy_cuda");
+myops::Kernel<BwdCpu> k_bwd_cpu("myops_cross_entropy_backward_cpu");
+myops::Kernel<BwdCuda> k_bwd_cuda("myops_cross_entropy_backward_cuda");
+
+enum class Reduction { None, Mean, Sum };
+
+Reduction parse_reduction(c10::string_view r, const char* op) {
+  if (r == "mean") return Reduction::Mean;
+  if (r == "sum") return Reduction::Sum;
+  TORCH_CHECK(r == "none", "myops.", op, ": reduction must be \"mean\", \"sum\" or \"none\", got \"", std::string(r),
+              "\"");
+  return Reduction::None;
+}
+
+void check_args(const at::Tensor& logits, const at::Tensor& target, double smoothing, const char* op) {
+  myops::dtype_code(logits, op, "logits");
+  TORCH_CHECK(logits.dim() == 1 || logits.dim() == 2, "myops.", op, ": logits must have shape [M, C] or [C], got ",
+              myops::str(logits.sizes()));
+  TORCH_CHECK(target.scalar_type() == at::kLong, "myops.", op,
+              ": target must be an int64 tensor of class indices, got ", target.scalar_type());
+  TORCH_CHECK(target.dim() == logits.dim() - 1 && (target.dim() == 0 || target.size(0) == logits.size(0)), "myops.",
+              op, ": target must have shape ", myops::str(logits.sizes().slice(0, logits.dim() - 1)),
+              " (one class index per row of logits), got ", myops::str(target.sizes()));
+  myops::check_same_device(logits, target, op, "logits", "target");
+  TORCH_CHECK(logits.size(-1) >= 1, "myops.", op, ": logits must have at least one class");
+  TORCH_CHECK(smoothing >= 0.0 && smoothing <= 1.0, "myops.", op, ": label_smoothing must be in [0, 1]");
+}
+
+std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const at::Tensor& target,
+                                                 int64_t ignore_index, double smoothing, c10::string_view reduction) {
+  const char* op = "cross_entropy";
+  check_args(logits, target, smoothing, op);
+  const Reduction red = parse_reduction(reduction, op);
+  const int dtype = myops::dtype_code(logits, op, "logits");
+  const at::Tensor x2 = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
+  const at::Tensor t1 = target.reshape({-1});
+  const int64_t M = x2.size(0), C = x2.size(1);
+  if (M > 0) {
+    const at::Tensor bad = t1.lt(0).logical_and(t1.ne(ignore_index)).logical_or(t1.ge(C));
+    if (bad.any().item<bool>()) {
+      const int64_t v = t1.masked_select(bad)[0].item<int64_t>();
+      TORCH_CHECK(false, "myops.cross_entropy: target contains class index ", myops::str(v), " outside [0, ",
+                  myops::str(C), ") (and it is not ignore_index ", myops::str(ignore_index), ")");
+    }
+  }
+  const auto stat_opts = logits.options().dtype(myops::stat_dtype(logits));
+  at::Tensor rows = at::empty({M}, stat_opts), lse = at::empty({M}, stat_opts);
+  if (M > 0) {
+    const myops::RowsView v = myops::rows_view(x2);
+    if (logits.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+      const c10::cuda::OptionalCUDAGuard guard(logits.device());
+      const int rc = k_fwd_cuda.get()(rows.data_ptr(), lse.data_ptr(), v.op, t1.data_ptr<int64_t>(), t1.stride(0), M,
+                                      C, ignore_index, smoothing, dtype, myops::current_stream(logits));
+      myops::check_status(rc, op, "CUDA");
+#endif
+    } else {
+      const FwdCpu fn = k_fwd_cpu.get();
+      const int64_t es = logits.element_size(), ss = rows.element_size();
+      myops::cpu_rows(M, C, op, [&](int64_t b, int64_t e) {
+        return fn(static_cast<char*>(rows.data_ptr()) + b * ss, static_cast<char*>(lse.data_ptr()) + b * ss,
+                  myops::shifted(v.op, b, es), t1.data_ptr<int64_t>() + b * t1.stride(0), t1.stride(0), e - b, C,
+                  ignore_index, smoothing, dtype);
+      });
+    }
+  }
+  at::Tensor loss;
+  if (red == Reduction::None) {
+    loss = rows.reshape(target.sizes()).to(logits.scalar_type());
+  } else {
+    at::Tensor total = rows.sum();
+    if (red == Reduction::Mean) total = total.div(t1.ne(ignore_index).sum().to(total.scalar_type()));
+    loss = total.to(logits.scalar_type());
+  }
+  return {loss, lse.reshape(target.sizes())};
+}
+
+at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logits, const at::Tensor& target,
+                                  const at::Tensor& lse, int64_t ignore_index, double smoothing,
+                                  c10::string_view reduction) {
+  const char* op = "cross_entropy_backward";
+  check_args(logits, target, smoothing, op);
+  const Reduction red = parse_reduction(reduction, op);
+  const int dtype = myops::dtype_code(logits, op, "logits");
+  myops::check_same_device(logits, grad, op, "logits", "grad");
+  TORCH_CHECK(grad.sizes() == (red == Reduction::None ? target.sizes() : at::IntArrayRef{}), "myops.", op,
+              ": grad must have the shape of the loss");
+  TORCH_CHECK(lse.sizes() == target.sizes() && lse.scalar_type() == myops::stat_dtype(logits), "myops.", op,
+              ": lse must be the lse output of cross_entropy for these logits");
+  const at::Tensor x2 = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
+  const at::Tensor t1 = target.reshape({-1}), l1 = lse.reshape({-1}).contiguous();
+  const int64_t M = x2.size(0), C = x2.size(1);
+  at::Tensor g = grad.to(myops::stat_dtype(logits)).reshape({-1});
+  if (red == Reduction::Mean) g = g.div(t1.ne(ignore_index).sum().to(g.scalar_type()));
+  g = g.contiguous();
+  const int64_t g_stride = red == Reduction::None ? 1 : 0;
+  at::Tensor dx = at::empty(x2.sizes(), x2.options());
+  if (M > 0) {
+    const myops::RowsView v = myops::rows_view(x2);
+    if (logits.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+      const c10::cuda::OptionalCUDAGuard guard(logits.device());
+      const int rc = k_bwd_cuda.get()(myops::out_rows(dx), v.op, t1.data_ptr<int64_t>(), t1.stride(0), l1.data_ptr(),
+                                      g.data_ptr(), g_stride, M, C, ignore_index, smoothing, dtype,
+                                      myops::current_stream(logits));
+      myops::check_status(rc, op, "CUDA");
+#endif
+    } else {
+      const BwdCpu fn = k_bwd_cpu.get();
+      const int64_t es = logits.element_size(), ss = l1.element_size();
+      myops::cpu_rows(M, C, op, [&](int64_t b, int64_t e) {
+        return fn(myops::shifted(myops::out_rows(dx), b, es), myops::shifted(v.op, b, es),
+                  t1.data_ptr<int64_t>() + b * t1.stride(0), t1.stride(0),
+                  static_cast<const char*>(l1.data_ptr()) + b * ss,
+                  static_cast<const char*>(g.data_ptr()) + b * g_stride * ss, g_stride, e - b, C, ignore_index,
+                  smoothing, dtype);
+      });
+    }
+  }
+  return logits.dim() == 1 ? dx.squeeze(0) : dx;
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(myops, m) {
+  m.def("cross_entropy(Tensor logits, Tensor target, int ignore_index=-100, float label_smoothing=0.0, "
+        "str reduction=\"mean\") -> (Tensor, Tensor)");
+  m.def("cross_entropy_backward(Tensor grad, Tensor logits, Tensor target, Tensor lse, int ignore_index, "
+        "float label_smoothing, str reduction) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("cross_entropy", &cross_entropy);
+  m.impl("cross_entropy_backward", &cross_entropy_backward);
+}
+#ifdef MYOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("cross_entropy", &cross_entropy);
+  m.impl("cross_entropy_backward", &cross_entropy_backward);
+}
+#endif

@@ -1,0 +1,141 @@
+// myops::layer_norm(x, weight?, bias?, eps) -> (y, mean, rstd) = F.layer_norm(x, x.shape[-1:], weight, bias, eps),
+// computed in fp32 (fp64 for fp64); mean and rstd [x.shape[:-1]] are saved for the backward pass.
+// myops::layer_norm_backward(grad, x, mean, rstd, weight?, params_grad) -> (dx, dweight, dbias) (the parameter
+// gradients are [0] unless params_grad).
+#include "common.h"
+
+namespace {
+using FwdCpu = int (*)(myops_out_operand, void*, void*, myops_operand, const void*, const void*, int64_t, int64_t,
+                       double, int);
+using FwdCuda = int (*)(myops_out_operand, void*, void*, myops_operand, const void*, const void*, int64_t, int64_t,
+                        double, int, void*);
+using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, const void*, const void*,
+                       const void*, int64_t, int64_t, int);
+using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, const void*, const void*,
+                        const void*, int64_t, int64_t, int, void*);
+using WsCuda = int64_t (*)(int64_t, int64_t, int);
+myops::Kernel<FwdCpu> k_fwd_cpu("myops_layer_norm_cpu");
+myops::Kernel<FwdCuda> k_fwd_cuda("myops_layer_norm_cuda");
+myops::Kernel<BwdCpu> k_bwd_cpu("myops_layer_norm_backward_cpu");
+myops::Kernel<BwdCuda> k_bwd_cuda("myops_layer_norm_backward_cuda");
+myops::Kernel<WsCuda> k_ws_cuda("myops_layer_norm_backward_ws_cuda");
+
+at::Tensor checked_param(const at::Tensor& x, const std::optional<at::Tensor>& t, const char* op, const char* arg) {
+  if (!t.has_value()) return at::Tensor();
+  myops::check_last_dim_vector(x, *t, op, "x", arg);
+  return t->contiguous();
+}
+
+void check_stat(const at::Tensor& x, const at::Tensor& s, const char* name) {
+  TORCH_CHECK(s.sizes() == x.sizes().slice(0, x.dim() - 1) && s.scalar_type() == myops::stat_dtype(x) &&
+                  s.device() == x.device(),
+              "myops.layer_norm_backward: ", name, " must be the ", name, " output of layer_norm for this x");
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                                                          const std::optional<at::Tensor>& bias, double eps) {
+  const int dtype = myops::dtype_code(x, "layer_norm", "x");
+  TORCH_CHECK(x.dim() >= 1, "myops.layer_norm: x must have at least 1 dimension, got a 0-d tensor");
+  const at::Tensor w = checked_param(x, weight, "layer_norm", "weight");
+  const at::Tensor b = checked_param(x, bias, "layer_norm", "bias");
+  TORCH_CHECK(eps >= 0, "myops.layer_norm: eps must be >= 0");
+  const myops::RowsView v = myops::rows_view(x);
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  const auto stat_opts = x.options().dtype(myops::stat_dtype(x));
+  at::Tensor mean = at::empty(x.sizes().slice(0, x.dim() - 1), stat_opts);
+  at::Tensor rstd = at::empty(x.sizes().slice(0, x.dim() - 1), stat_opts);
+  if (v.N == 0) {  // statistics of no elements, as in eager
+    mean.fill_(std::numeric_limits<double>::quiet_NaN());
+    rstd.fill_(std::numeric_limits<double>::quiet_NaN());
+  }
+  if (v.M == 0 || v.N == 0) return {y, mean, rstd};
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  const void* bp = b.defined() ? b.data_ptr() : nullptr;
+  if (x.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(x.device());
+    const int rc = k_fwd_cuda.get()(myops::out_rows(y), mean.data_ptr(), rstd.data_ptr(), v.op, wp, bp, v.M, v.N,
+                                    eps, dtype, myops::current_stream(x));
+    myops::check_status(rc, "layer_norm", "CUDA");
+#endif
+    return {y, mean, rstd};
+  }
+  const FwdCpu fn = k_fwd_cpu.get();
+  const int64_t es = x.element_size(), ss = rstd.element_size();
+  myops::cpu_rows(v.M, v.N, "layer_norm", [&](int64_t r0, int64_t r1) {
+    return fn(myops::shifted(myops::out_rows(y), r0, es), static_cast<char*>(mean.data_ptr()) + r0 * ss,
+              static_cast<char*>(rstd.data_ptr()) + r0 * ss, myops::shifted(v.op, r0, es), wp, bp, r1 - r0, v.N, eps,
+              dtype);
+  });
+  return {y, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad, const at::Tensor& x,
+                                                                   const at::Tensor& mean, const at::Tensor& rstd,
+                                                                   const std::optional<at::Tensor>& weight,
+                                                                   bool params_grad) {
+  const char* op = "layer_norm_backward";
+  const int dtype = myops::dtype_code(x, op, "x");
+  TORCH_CHECK(x.dim() >= 1, "myops.layer_norm_backward: x must have at least 1 dimension, got a 0-d tensor");
+  myops::check_same_device(x, grad, op, "x", "grad");
+  myops::check_same_dtype(x, grad, op, "x", "grad");
+  myops::check_same_shape(x, grad, op, "x", "grad");
+  check_stat(x, mean, "mean");
+  check_stat(x, rstd, "rstd");
+  const at::Tensor w = checked_param(x, weight, op, "weight");
+  const myops::RowsView gv = myops::rows_view(grad), xv = myops::rows_view(x);
+  const at::Tensor mu = mean.contiguous(), rs = rstd.contiguous();
+  at::Tensor dx = at::empty(x.sizes(), x.options());
+  const int64_t pn = params_grad ? xv.N : 0;
+  at::Tensor dw = at::zeros({pn}, x.options()), db = at::zeros({pn}, x.options());
+  if (xv.M == 0 || xv.N == 0) return {dx, dw, db};
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  at::Tensor ws;
+  if (x.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(x.device());
+    if (params_grad)
+      ws = at::empty({2, k_ws_cuda.get()(xv.M, xv.N, dtype), xv.N}, x.options().dtype(myops::stat_dtype(x)));
+    const int rc = k_bwd_cuda.get()(myops::out_rows(dx), params_grad ? ws.data_ptr() : nullptr, gv.op, xv.op,
+                                    mu.data_ptr(), rs.data_ptr(), wp, xv.M, xv.N, dtype, myops::current_stream(x));
+    myops::check_status(rc, op, "CUDA");
+#endif
+    if (params_grad) {
+      dw = ws[0].sum(0).to(x.scalar_type());
+      db = ws[1].sum(0).to(x.scalar_type());
+    }
+    return {dx, dw, db};
+  }
+  const BwdCpu fn = k_bwd_cpu.get();
+  const int64_t es = x.element_size(), ss = rs.element_size(), parts = myops::cpu_parts(xv.M);
+  if (params_grad) ws = at::zeros({parts, 2, xv.N}, x.options().dtype(at::kDouble));
+  myops::cpu_row_parts(xv.M, parts, op, [&](int64_t q, int64_t r0, int64_t r1) {
+    return fn(myops::shifted(myops::out_rows(dx), r0, es), params_grad ? ws.data_ptr<double>() + q * 2 * xv.N : nullptr,
+              myops::shifted(gv.op, r0, es), myops::shifted(xv.op, r0, es),
+              static_cast<const char*>(mu.data_ptr()) + r0 * ss, static_cast<const char*>(rs.data_ptr()) + r0 * ss,
+              wp, r1 - r0, xv.N, dtype);
+  });
+  if (params_grad) {
+    const at::Tensor tot = ws.sum(0);
+    dw = tot[0].to(x.scalar_type());
+    db = tot[1].to(x.scalar_type());
+  }
+  return {dx, dw, db};
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(myops, m) {
+  m.def("layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-5) -> (Tensor, Tensor, Tensor)");
+  m.def("layer_norm_backward(Tensor grad, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, bool params_grad) "
+        "-> (Tensor, Tensor, Tensor)");
+}
+TORCH_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("layer_norm", &layer_norm);
+  m.impl("layer_norm_backward", &layer_norm_backward);
+}
+#ifdef MYOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("layer_norm", &layer_norm);
+  m.impl("layer_norm_backward", &layer_norm_backward);
+}
+#endif

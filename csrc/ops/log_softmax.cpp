@@ -1,0 +1,27 @@
+// myops::log_softmax(x, dim=-1) = x.log_softmax(dim) for floating x, computed in fp32 (fp64 for fp64).
+// myops::log_softmax_backward(grad, y, dim) = the gradient for x, from the forward output y. Shared code: softmax.h.
+#include "softmax.h"
+
+namespace {
+myops::SoftmaxKernels kernels("log_softmax");
+
+at::Tensor fwd(const at::Tensor& x, int64_t dim) { return myops::softmax_forward(kernels, "log_softmax", x, dim); }
+at::Tensor bwd(const at::Tensor& grad, const at::Tensor& y, int64_t dim) {
+  return myops::softmax_backward(kernels, "log_softmax_backward", grad, y, dim);
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(myops, m) {
+  m.def("log_softmax(Tensor x, int dim=-1) -> Tensor");
+  m.def("log_softmax_backward(Tensor grad, Tensor y, int dim) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("log_softmax", &fwd);
+  m.impl("log_softmax_backward", &bwd);
+}
+#ifdef MYOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("log_softmax", &fwd);
+  m.impl("log_softmax_backward", &bwd);
+}
+#endif

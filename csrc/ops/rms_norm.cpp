@@ -1,0 +1,112 @@
+// myops::rms_norm(x, weight?, eps) -> (y, rstd): y = x / sqrt(mean(x^2, -1) + eps) * weight, computed in fp32
+// (fp64 for fp64); rstd [x.shape[:-1]] (fp32, fp64 for fp64) is saved for the backward pass.
+// myops::rms_norm_backward(grad, x, rstd, weight?, weight_grad) -> (dx, dweight) (dweight: [0] if not asked for).
+#include "common.h"
+
+namespace {
+using FwdCpu = int (*)(myops_out_operand, void*, myops_operand, const void*, int64_t, int64_t, double, int);
+using FwdCuda = int (*)(myops_out_operand, void*, myops_operand, const void*, int64_t, int64_t, double, int, void*);
+using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, const void*, const void*, int64_t,
+                       int64_t, int);
+using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, const void*, const void*, int64_t,
+                        int64_t, int, void*);
+using WsCuda = int64_t (*)(int64_t, int64_t, int, int);
+myops::Kernel<FwdCpu> k_fwd_cpu("myops_rms_norm_cpu");
+myops::Kernel<FwdCuda> k_fwd_cuda("myops_rms_norm_cuda");
+myops::Kernel<BwdCpu> k_bwd_cpu("myops_rms_norm_backward_cpu");
+myops::Kernel<BwdCuda> k_bwd_cuda("myops_rms_norm_backward_cuda");
+myops::Kernel<WsCuda> k_ws_cuda("myops_rms_norm_backward_ws_cuda");
+
+at::Tensor checked_weight(const at::Tensor& x, const std::optional<at::Tensor>& weight, const char* op) {
+  TORCH_CHECK(x.dim() >= 1, "myops.", op, ": x must have at least 1 dimension, got a 0-d tensor");
+  if (!weight.has_value()) return at::Tensor();
+  myops::check_last_dim_vector(x, *weight, op, "x", "weight");
+  return weight->contiguous();
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::optional<at::Tensor>& weight,
+                                            double eps) {
+  const int dtype = myops::dtype_code(x, "rms_norm", "x");
+  const at::Tensor w = checked_weight(x, weight, "rms_norm");
+  TORCH_CHECK(eps >= 0, "myops.rms_norm: eps must be >= 0");
+  const myops::RowsView v = myops::rows_view(x);
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  at::Tensor rstd = at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(myops::stat_dtype(x)));
+  if (v.N == 0) rstd.fill_(std::numeric_limits<double>::quiet_NaN());  // mean of no elements, as in eager
+  if (v.M == 0 || v.N == 0) return {y, rstd};
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  if (x.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(x.device());
+    const int rc = k_fwd_cuda.get()(myops::out_rows(y), rstd.data_ptr(), v.op, wp, v.M, v.N, eps, dtype,
+                                    myops::current_stream(x));
+    myops::check_status(rc, "rms_norm", "CUDA");
+#endif
+    return {y, rstd};
+  }
+  const FwdCpu fn = k_fwd_cpu.get();
+  const int64_t es = x.element_size(), ss = rstd.element_size();
+  myops::cpu_rows(v.M, v.N, "rms_norm", [&](int64_t b, int64_t e) {
+    return fn(myops::shifted(myops::out_rows(y), b, es), static_cast<char*>(rstd.data_ptr()) + b * ss,
+              myops::shifted(v.op, b, es), wp, e - b, v.N, eps, dtype);
+  });
+  return {y, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, const at::Tensor& x,
+                                                     const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                                                     bool weight_grad) {
+  const char* op = "rms_norm_backward";
+  const int dtype = myops::dtype_code(x, op, "x");
+  myops::check_same_device(x, grad, op, "x", "grad");
+  myops::check_same_dtype(x, grad, op, "x", "grad");
+  myops::check_same_shape(x, grad, op, "x", "grad");
+  const at::Tensor w = checked_weight(x, weight, op);
+  TORCH_CHECK(rstd.sizes() == x.sizes().slice(0, x.dim() - 1) && rstd.scalar_type() == myops::stat_dtype(x) &&
+                  rstd.device() == x.device(),
+              "myops.rms_norm_backward: rstd must be the rstd output of rms_norm for this x");
+  const bool dw = weight_grad && w.defined();
+  const myops::RowsView gv = myops::rows_view(grad), xv = myops::rows_view(x);
+  const at::Tensor rs = rstd.contiguous();
+  at::Tensor dx = at::empty(x.sizes(), x.options());
+  at::Tensor dweight = dw ? at::zeros({xv.N}, x.options()) : at::empty({0}, x.options());
+  if (xv.M == 0 || xv.N == 0) return {dx, dweight};
+  const void* wp = w.defined() ? w.data_ptr() : nullptr;
+  at::Tensor ws;
+  if (x.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(x.device());
+    if (dw) ws = at::empty({k_ws_cuda.get()(xv.M, xv.N, dtype, 1), xv.N}, x.options().dtype(myops::stat_dtype(x)));
+    const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, xv.op, rs.data_ptr(),
+                                    wp, xv.M, xv.N, dtype, myops::current_stream(x));
+    myops::check_status(rc, op, "CUDA");
+#endif
+  } else {
+    const BwdCpu fn = k_bwd_cpu.get();
+    const int64_t es = x.element_size(), ss = rs.element_size(), parts = myops::cpu_parts(xv.M);
+    if (dw) ws = at::zeros({parts, xv.N}, x.options().dtype(at::kDouble));
+    myops::cpu_row_parts(xv.M, parts, op, [&](int64_t q, int64_t b, int64_t e) {
+      return fn(myops::shifted(myops::out_rows(dx), b, es), dw ? ws.data_ptr<double>() + q * xv.N : nullptr,
+                myops::shifted(gv.op, b, es), myops::shifted(xv.op, b, es),
+                static_cast<const char*>(rs.data_ptr()) + b * ss, wp, e - b, xv.N, dtype);
+    });
+  }
+  if (dw) dweight = ws.sum(0).to(x.scalar_type());
+  return {dx, dweight};
+}
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(myops, m) {
+  m.def("rms_norm(Tensor x, Tensor? weight=None, float eps=1e-6) -> (Tensor, Tensor)");
+  m.def("rms_norm_backward(Tensor grad, Tensor x, Tensor rstd, Tensor? weight, bool weight_grad) -> (Tensor, Tensor)");
+}
+TORCH_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("rms_norm", &rms_norm);
+  m.impl("rms_norm_backward", &rms_norm_backward);
+}
+#ifdef MYOPS_WITH_CUDA
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("rms_norm", &rms_norm);
+  m.impl("rms_norm_backward", &rms_norm_backward);
+}
+#endif

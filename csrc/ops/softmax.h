@@ -1,0 +1,82 @@
+// softmax.h: what the registrations of softmax and log_softmax share (they differ only in their kernels).
+//   <op>(x, dim) -> y;  <op>_backward(grad, y, dim) -> dx
+// dim is moved last (a view); the kernels see rows [M, N] with strides, so no copy unless the leading dims of that
+// view do not collapse. The output is allocated in the moved layout and moved back (the fake impl matches).
+#pragma once
+#include "common.h"
+
+namespace myops {
+
+struct SoftmaxKernels {
+  using FwdCpu = int (*)(myops_out_operand, myops_operand, int64_t, int64_t, int);
+  using FwdCuda = int (*)(myops_out_operand, myops_operand, int64_t, int64_t, int, void*);
+  using BwdCpu = int (*)(myops_out_operand, myops_operand, myops_operand, int64_t, int64_t, int);
+  using BwdCuda = int (*)(myops_out_operand, myops_operand, myops_operand, int64_t, int64_t, int, void*);
+  explicit SoftmaxKernels(const std::string& op)
+      : fwd_cpu("myops_" + op + "_cpu"), fwd_cuda("myops_" + op + "_cuda"), bwd_cpu("myops_" + op + "_backward_cpu"),
+        bwd_cuda("myops_" + op + "_backward_cuda") {}
+  Kernel<FwdCpu> fwd_cpu;
+  Kernel<FwdCuda> fwd_cuda;
+  Kernel<BwdCpu> bwd_cpu;
+  Kernel<BwdCuda> bwd_cuda;
+};
+
+inline int64_t softmax_dim(const at::Tensor& x, int64_t dim, const char* op) {
+  const int64_t lim = std::max<int64_t>(x.dim(), 1);
+  TORCH_CHECK(dim >= -lim && dim < lim, "myops.", op, ": dim ", str(dim), " is out of range for a tensor with ",
+              str(x.dim()), " dimensions");
+  return dim < 0 ? dim + lim : dim;
+}
+
+inline at::Tensor softmax_forward(SoftmaxKernels& k, const char* op, const at::Tensor& x_in, int64_t dim) {
+  const int dtype = dtype_code(x_in, op, "x");
+  const int64_t d = softmax_dim(x_in, dim, op);
+  const at::Tensor x = x_in.dim() == 0 ? x_in.reshape({1}) : x_in.movedim(d, -1);
+  at::Tensor y = at::empty(x.sizes(), x.options());
+  const RowsView v = rows_view(x);
+  if (v.M > 0 && v.N > 0) {
+    if (x.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+      const c10::cuda::OptionalCUDAGuard guard(x.device());
+      check_status(k.fwd_cuda.get()(out_rows(y), v.op, v.M, v.N, dtype, current_stream(x)), op, "CUDA");
+#endif
+    } else {
+      const auto fn = k.fwd_cpu.get();
+      const int64_t es = x.element_size();
+      cpu_rows(v.M, v.N, op, [&](int64_t b, int64_t e) {
+        return fn(shifted(out_rows(y), b, es), shifted(v.op, b, es), e - b, v.N, dtype);
+      });
+    }
+  }
+  return x_in.dim() == 0 ? y.reshape({}) : y.movedim(-1, d);
+}
+
+inline at::Tensor softmax_backward(SoftmaxKernels& k, const char* op, const at::Tensor& grad_in,
+                                   const at::Tensor& y_in, int64_t dim) {
+  const int dtype = dtype_code(y_in, op, "y");
+  check_same_device(y_in, grad_in, op, "y", "grad");
+  check_same_dtype(y_in, grad_in, op, "y", "grad");
+  check_same_shape(y_in, grad_in, op, "y", "grad");
+  const int64_t d = softmax_dim(y_in, dim, op);
+  auto moved = [&](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t.movedim(d, -1); };
+  const at::Tensor g = moved(grad_in), y = moved(y_in);
+  at::Tensor dx = at::empty(y.sizes(), y.options());
+  const RowsView gv = rows_view(g), yv = rows_view(y);
+  if (yv.M > 0 && yv.N > 0) {
+    if (y.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+      const c10::cuda::OptionalCUDAGuard guard(y.device());
+      check_status(k.bwd_cuda.get()(out_rows(dx), gv.op, yv.op, yv.M, yv.N, dtype, current_stream(y)), op, "CUDA");
+#endif
+    } else {
+      const auto fn = k.bwd_cpu.get();
+      const int64_t es = y.element_size();
+      cpu_rows(yv.M, yv.N, op, [&](int64_t b, int64_t e) {
+        return fn(shifted(out_rows(dx), b, es), shifted(gv.op, b, es), shifted(yv.op, b, es), e - b, yv.N, dtype);
+      });
+    }
+  }
+  return y_in.dim() == 0 ? dx.reshape({}) : dx.movedim(-1, d);
+}
+
+}  // namespace myops

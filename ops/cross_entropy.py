@@ -1,0 +1,60 @@
+"""cross_entropy(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean") = F.cross_entropy(...)
+for logits [M, C] or [C] and int64 class indices; vocabularies of any size (256k and beyond).
+
+The logits are read once in the forward pass and once in the backward pass, which writes the gradient in the
+logits' dtype; the only other memory is O(M) (per-row losses and log-sum-exps). torch.ops.myops.cross_entropy
+returns (loss, lse); ops.cross_entropy returns loss.
+"""
+
+import torch
+
+from .rms_norm import stat_dtype
+
+OP = torch.ops.myops.cross_entropy.default
+BACKWARD = torch.ops.myops.cross_entropy_backward.default
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
+                  label_smoothing: float = 0.0, reduction: str = "mean") -> torch.Tensor:
+    """F.cross_entropy with class-index targets; differentiable in logits."""
+    return OP(logits, target, ignore_index, label_smoothing, reduction)[0]
+
+
+def _check(logits, target, label_smoothing, reduction, op="cross_entropy"):
+    torch._check(logits.dim() in (1, 2),
+                 lambda: f"myops.{op}: logits must have shape [M, C] or [C], got {list(logits.shape)}")
+    torch._check(target.dim() == logits.dim() - 1 and (target.dim() == 0 or target.shape[0] == logits.shape[0]),
+                 lambda: f"myops.{op}: target must have shape {list(logits.shape[:-1])} (one class index per row "
+                         f"of logits), got {list(target.shape)}")
+    torch._check(reduction in REDUCTIONS,
+                 lambda: f'myops.{op}: reduction must be "mean", "sum" or "none", got "{reduction}"')
+    torch._check(0.0 <= label_smoothing <= 1.0, lambda: f"myops.{op}: label_smoothing must be in [0, 1]")
+
+
+@torch.library.register_fake("myops::cross_entropy")
+def _(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean"):
+    _check(logits, target, label_smoothing, reduction)
+    loss = logits.new_empty(target.shape if reduction == "none" else ())
+    return loss, logits.new_empty(target.shape, dtype=stat_dtype(logits))
+
+
+@torch.library.register_fake("myops::cross_entropy_backward")
+def _(grad, logits, target, lse, ignore_index, label_smoothing, reduction):
+    return logits.new_empty(logits.shape)
+
+
+def _setup(ctx, inputs, output):
+    logits, target, ignore_index, label_smoothing, reduction = (
+        list(inputs) + [-100, 0.0, "mean"][len(inputs) - 2:])[:5]
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(logits, target, output[1])
+    ctx.args = (ignore_index, label_smoothing, reduction)
+
+
+def _backward(ctx, grad, _grad_lse):
+    logits, target, lse = ctx.saved_tensors
+    return BACKWARD(grad, logits, target, lse, *ctx.args), None, None, None, None
+
+
+torch.library.register_autograd("myops::cross_entropy", _backward, setup_context=_setup)

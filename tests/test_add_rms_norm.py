@@ -1,0 +1,93 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ops
+from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
+                    shapes)
+from rowops import ROW_SHAPES, param, run_case
+
+OP = torch.ops.myops.add_rms_norm.default
+
+
+def eager(x, r, weight=None, eps=1e-6):
+    s = x + r
+    return F.rms_norm(s, s.shape[-1:], weight, eps), s
+
+
+def reference(dtype):
+    """The float64 reference of add_rms_norm in dtype: s is rounded to dtype (as the op and eager define it)."""
+    def ref(x, r, weight=None, eps=1e-6):
+        s = x + r
+        s = s + ((s.detach().to(dtype).double()) - s.detach())  # rounded value, gradient of the exact sum
+        return F.rms_norm(s, s.shape[-1:], weight, eps), s
+    return ref
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(shape=shapes(min_dims=1), dtype=st.sampled_from(DTYPES), layout=st.sampled_from(LAYOUTS),
+       layout_r=st.sampled_from(LAYOUTS), has_w=st.booleans(), seed=st.integers(0, 2**31))
+def test_matches_reference(device, shape, dtype, layout, layout_r, has_w, seed):
+    x = make_tensor(shape, dtype, device, layout, seed)
+    r = make_tensor(shape, dtype, device, layout_r, seed + 2)
+    w = param(shape, dtype, device, has_w, seed + 1)
+    run_case(ops.add_rms_norm, eager, reference(dtype), [x, r] if w is None else [x, r, w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_row_lengths(device, dtype, shape):
+    x = make_tensor(shape, dtype, device, "row_strided", seed=shape[-1])
+    r = make_tensor(shape, dtype, device, seed=2)
+    w = make_tensor(shape[-1:], dtype, device, seed=1)
+    run_case(ops.add_rms_norm, eager, reference(dtype), [x, r, w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_only_one_output_used(device):
+    """Gradients when only y or only s feeds the loss."""
+    x = make_tensor((3, 10), torch.float64, device).requires_grad_()
+    r = make_tensor((3, 10), torch.float64, device, seed=1).requires_grad_()
+    check_gradcheck(lambda a, b: ops.add_rms_norm(a, b)[0], [x, r])
+    check_gradcheck(lambda a, b: ops.add_rms_norm(a, b)[1], [x, r])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    x = make_tensor((4, 9), torch.float64, device, "col_strided").requires_grad_()
+    r = make_tensor((4, 9), torch.float64, device, "transposed", seed=2).requires_grad_()
+    w = make_tensor((9,), torch.float64, device, seed=1).requires_grad_()
+    check_gradcheck(lambda a, b, c: ops.add_rms_norm(a, b, c, 1e-3), [x, r, w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(device, dtype):
+    x = make_tensor((5, 33), dtype, device).requires_grad_()
+    r = make_tensor((5, 33), dtype, device, seed=2).requires_grad_()
+    w = make_tensor((33,), dtype, device, seed=1).requires_grad_()
+    check_opcheck(OP, (x, r, w, 1e-6))
+    check_opcheck(OP, (x, r, None, 1e-5))
+    y, s, rstd = OP(x.detach(), r.detach(), w.detach(), 1e-6)
+    check_opcheck(torch.ops.myops.add_rms_norm_backward.default,
+                  (torch.randn_like(y), torch.randn_like(s), s, rstd, w.detach(), True))
+    check_opcheck(torch.ops.myops.add_rms_norm_backward.default, (torch.randn_like(y), None, s, rstd, None, False))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile(device):
+    w = make_tensor((33,), torch.float32, device, seed=1)
+    check_compile(lambda x, r, w: ops.add_rms_norm(x, r, w)[0] * 2 + ops.add_rms_norm(x, r, w)[1],
+                  [make_tensor((9, 33), torch.float32, device), make_tensor((9, 33), torch.float32, device, seed=1), w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs(device):
+    x = make_tensor((4, 5), torch.float32, device)
+    raises(ops.add_rms_norm, x.int(), x, match="x must be a floating-point tensor")
+    raises(ops.add_rms_norm, x, x[:3], match="residual must have the same shape as x")
+    raises(ops.add_rms_norm, x, x.double(), match="residual must have the same dtype as x")
+    raises(ops.add_rms_norm, x, x, torch.ones(4, device=device), match=r"weight must have shape \[5\]")

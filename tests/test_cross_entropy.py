@@ -1,0 +1,119 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ops
+from common import DEVICES, DTYPES, check_compile, check_gradcheck, check_opcheck, make_tensor, raises
+from rowops import run_case
+
+OP = torch.ops.myops.cross_entropy.default
+
+
+def targets(M, C, device, seed, ignore_frac=0.2, ignore_index=-100):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(0, C, (M,), generator=g)
+    t[torch.rand(M, generator=g) < ignore_frac] = ignore_index
+    return t.to(device)
+
+
+def fns(t, ignore_index, smoothing, reduction):
+    def ours(x):
+        return ops.cross_entropy(x, t, ignore_index, smoothing, reduction)
+
+    def eager(x):
+        return F.cross_entropy(x, t.to(x.device), ignore_index=ignore_index, label_smoothing=smoothing,
+                               reduction=reduction)
+    return ours, eager
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(M=st.one_of(st.sampled_from([1, 2, 7]), st.integers(0, 64)),
+       C=st.one_of(st.sampled_from([1, 2, 3, 8, 31, 129, 1000]), st.integers(1, 3000)),
+       dtype=st.sampled_from(DTYPES), layout=st.sampled_from(["contiguous", "row_strided", "col_strided",
+                                                               "transposed"]),
+       smoothing=st.sampled_from([0.0, 0.0, 0.1, 1.0]), reduction=st.sampled_from(["mean", "sum", "none"]),
+       ignore_index=st.sampled_from([-100, 0]), seed=st.integers(0, 2**31))
+def test_matches_reference(device, M, C, dtype, layout, smoothing, reduction, ignore_index, seed):
+    x = make_tensor((M, C), dtype, device, layout, seed) * 3
+    t = targets(M, C, device, seed, ignore_index=ignore_index)
+    if reduction == "mean" and M > 0 and bool((t == ignore_index).all()):
+        t[0] = 1 % C if ignore_index == 0 else 0  # a mean over no rows is NaN in both; keep one row
+    ours, eager = fns(t, ignore_index, smoothing, reduction)
+    run_case(ours, eager, None, [x], tol_check=False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(3, 32000), (2, 65537), (2, 262144)])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_vocab_sizes(device, dtype, shape, smoothing):
+    x = make_tensor(shape, dtype, device, seed=shape[1]) * 4
+    t = targets(shape[0], shape[1], device, 5, ignore_frac=0.0)
+    ours, eager = fns(t, -100, smoothing, "sum")
+    run_case(ours, eager, None, [x], tol_check=False)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unbatched_and_all_ignored(device):
+    x = make_tensor((10,), torch.float32, device, seed=1)
+    t = torch.tensor(3, device=device)
+    for red in ("mean", "sum", "none"):
+        torch.testing.assert_close(ops.cross_entropy(x, t, reduction=red), F.cross_entropy(x, t, reduction=red))
+    x = make_tensor((3, 10), torch.float32, device, seed=1)
+    t = torch.full((3,), -100, device=device)
+    assert torch.isnan(ops.cross_entropy(x, t)).item() and torch.isnan(F.cross_entropy(x, t)).item()
+    assert ops.cross_entropy(x, t, reduction="sum").item() == 0.0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    x = make_tensor((5, 9), torch.float64, device, "col_strided").requires_grad_()
+    t = torch.tensor([1, -100, 8, 0, 3], device=device)
+    for red in ("mean", "sum", "none"):
+        check_gradcheck(lambda a: ops.cross_entropy(a, t, -100, 0.2, red), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(device, dtype):
+    x = make_tensor((6, 33), dtype, device).requires_grad_()
+    t = targets(6, 33, device, 1)
+    for red in ("mean", "sum", "none"):
+        check_opcheck(OP, (x, t, -100, 0.1, red))
+        loss, lse = OP(x.detach(), t, -100, 0.1, red)
+        check_opcheck(torch.ops.myops.cross_entropy_backward.default,
+                      (torch.randn_like(loss), x.detach(), t, lse, -100, 0.1, red))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile(device):
+    """fullgraph with dynamic shapes: two row counts, forward and backward equal to eager's."""
+    for smoothing, red in ((0.1, "mean"), (0.0, "none")):
+        torch._dynamo.reset()
+        fn = torch.compile(lambda x, t: ops.cross_entropy(x, t, -100, smoothing, red) * 2, fullgraph=True,
+                           dynamic=True)
+        for M in (9, 8):
+            x = make_tensor((M, 33), torch.float32, device, seed=M).requires_grad_()
+            t = targets(M, 33, device, M)
+            x2 = x.detach().clone().requires_grad_()
+            out, ref = fn(x, t), ops.cross_entropy(x2, t, -100, smoothing, red) * 2
+            torch.testing.assert_close(out, ref, rtol=0, atol=0)
+            g = torch.randn_like(out)
+            torch.testing.assert_close(torch.autograd.grad(out, x, g)[0], torch.autograd.grad(ref, x2, g)[0],
+                                       rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs(device):
+    x = make_tensor((4, 5), torch.float32, device)
+    t = torch.tensor([0, 1, 2, 3], device=device)
+    raises(ops.cross_entropy, x.int(), t, match="logits must be a floating-point tensor")
+    raises(ops.cross_entropy, x, t.float(), match="target must be an int64 tensor")
+    raises(ops.cross_entropy, x, t[:3], match=r"target must have shape \[4\]")
+    raises(ops.cross_entropy, x, torch.tensor([0, 1, 5, 3], device=device), match="class index 5 outside")
+    raises(ops.cross_entropy, x, torch.tensor([0, -1, 2, 3], device=device), match="class index -1 outside")
+    raises(ops.cross_entropy, x, t, -100, 0.0, "avg", match="reduction must be")
+    raises(ops.cross_entropy, x, t, -100, 1.5, match="label_smoothing must be in")
+    raises(ops.cross_entropy, x[None], t, match=r"logits must have shape \[M, C\]")

@@ -1,0 +1,88 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ops
+from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
+                    shapes)
+from rowops import ROW_SHAPES, param, run_case
+
+OP = torch.ops.myops.layer_norm.default
+
+
+def eager(x, weight=None, bias=None, eps=1e-5):
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def call(has_w, has_b):
+    """ops.layer_norm / eager taking only the parameters that are present, positionally."""
+    def fn(impl):
+        def f(x, *params):
+            it = iter(params)
+            return impl(x, next(it) if has_w else None, next(it) if has_b else None)
+        return f
+    return fn
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(shape=shapes(min_dims=1), dtype=st.sampled_from(DTYPES), layout=st.sampled_from(LAYOUTS),
+       has_w=st.booleans(), has_b=st.booleans(), seed=st.integers(0, 2**31))
+def test_matches_reference(device, shape, dtype, layout, has_w, has_b, seed):
+    x = make_tensor(shape, dtype, device, layout, seed)
+    params = [p for p in (param(shape, dtype, device, has_w, seed + 1), param(shape, dtype, device, has_b, seed + 2))
+              if p is not None]
+    wrap = call(has_w, has_b)
+    run_case(wrap(ops.layer_norm), wrap(eager), None, [x] + params)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_row_lengths(device, dtype, shape):
+    x = make_tensor(shape, dtype, device, "row_strided", seed=shape[-1]) + 3  # a mean far from 0
+    w = make_tensor(shape[-1:], dtype, device, seed=1)
+    b = make_tensor(shape[-1:], dtype, device, seed=2)
+    run_case(ops.layer_norm, eager, None, [x, w, b])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    x = make_tensor((4, 9), torch.float64, device, "col_strided").requires_grad_()
+    w = make_tensor((9,), torch.float64, device, seed=1).requires_grad_()
+    b = make_tensor((9,), torch.float64, device, seed=2).requires_grad_()
+    check_gradcheck(lambda a, c, d: ops.layer_norm(a, c, d, 1e-3), [x, w, b])
+    check_gradcheck(lambda a, d: ops.layer_norm(a, None, d), [x, b])
+    check_gradcheck(lambda a: ops.layer_norm(a), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(device, dtype):
+    x = make_tensor((5, 33), dtype, device).requires_grad_()
+    w = make_tensor((33,), dtype, device, seed=1).requires_grad_()
+    b = make_tensor((33,), dtype, device, seed=2).requires_grad_()
+    check_opcheck(OP, (x, w, b, 1e-5))
+    check_opcheck(OP, (x, None, None, 1e-5))
+    check_opcheck(OP, (make_tensor((0, 8), dtype, device), None, None, 1e-5))
+    y, mean, rstd = OP(x.detach(), w.detach(), b.detach(), 1e-5)
+    check_opcheck(torch.ops.myops.layer_norm_backward.default,
+                  (torch.randn_like(y), x.detach(), mean, rstd, w.detach(), True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile(device):
+    w = make_tensor((33,), torch.float32, device, seed=1)
+    b = make_tensor((33,), torch.float32, device, seed=2)
+    check_compile(lambda x, w, b: ops.layer_norm(x, w, b), [make_tensor((9, 33), torch.float32, device), w, b])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs(device):
+    x = make_tensor((4, 5), torch.float32, device)
+    raises(ops.layer_norm, x.int(), match="x must be a floating-point tensor")
+    raises(ops.layer_norm, x, torch.ones(4, device=device), match=r"weight must have shape \[5\]")
+    raises(ops.layer_norm, x, None, torch.ones(6, device=device), match=r"bias must have shape \[5\]")
+    raises(ops.layer_norm, x, None, torch.ones(5, device=device).half(), match="bias must have the same dtype")
+    raises(ops.layer_norm, torch.tensor(1.0, device=device), match="at least 1 dimension")

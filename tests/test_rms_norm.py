@@ -1,0 +1,84 @@
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+import ops
+from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
+                    shapes)
+from rowops import ROW_SHAPES, param, run_case
+
+OP = torch.ops.myops.rms_norm.default
+
+
+def ref(x, weight=None, eps=1e-6):
+    """The issue's expression, in x's dtype or (reference) float64."""
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return y * weight if weight is not None else y
+
+
+def eager(x, weight=None, eps=1e-6):
+    return F.rms_norm(x, x.shape[-1:], weight, eps)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(shape=shapes(min_dims=1), dtype=st.sampled_from(DTYPES), layout=st.sampled_from(LAYOUTS),
+       has_w=st.booleans(), seed=st.integers(0, 2**31))
+def test_matches_reference(device, shape, dtype, layout, has_w, seed):
+    x = make_tensor(shape, dtype, device, layout, seed)
+    w = param(shape, dtype, device, has_w, seed + 1)
+    inputs = [x] if w is None else [x, w]
+    run_case(ops.rms_norm, eager, ref, inputs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_row_lengths(device, dtype, shape):
+    x = make_tensor(shape, dtype, device, "row_strided", seed=shape[-1])
+    w = make_tensor(shape[-1:], dtype, device, seed=1)
+    run_case(ops.rms_norm, eager, ref, [x, w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(device):
+    x = make_tensor((4, 9), torch.float64, device, "col_strided").requires_grad_()
+    w = make_tensor((9,), torch.float64, device, seed=1).requires_grad_()
+    check_gradcheck(lambda a, b: ops.rms_norm(a, b, 1e-3), [x, w])
+    check_gradcheck(lambda a: ops.rms_norm(a), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(device, dtype):
+    x = make_tensor((5, 33), dtype, device).requires_grad_()
+    w = make_tensor((33,), dtype, device, seed=1).requires_grad_()
+    check_opcheck(OP, (x, w, 1e-6))
+    check_opcheck(OP, (x, None, 1e-5))
+    check_opcheck(OP, (make_tensor((0, 8), dtype, device), None, 1e-5))
+    y, rstd = OP(x.detach(), w.detach(), 1e-6)
+    check_opcheck(torch.ops.myops.rms_norm_backward.default, (torch.randn_like(y), x.detach(), rstd, w.detach(), True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile(device):
+    w = make_tensor((33,), torch.float32, device, seed=1)
+    check_compile(lambda x, w: ops.rms_norm(x, w), [make_tensor((9, 33), torch.float32, device), w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs(device):
+    x = make_tensor((4, 5), torch.float32, device)
+    raises(ops.rms_norm, x.int(), match="x must be a floating-point tensor")
+    raises(ops.rms_norm, x, torch.ones(4, device=device), match=r"weight must have shape \[5\]")
+    raises(ops.rms_norm, x, torch.ones(5, device=device, dtype=torch.float64), match="weight must have the same dtype")
+    raises(ops.rms_norm, x, torch.ones(1, 5, device=device), match=r"weight must have shape \[5\]")
+    raises(ops.rms_norm, torch.tensor(1.0, device=device), match="at least 1 dimension")
+    raises(ops.rms_norm, x, None, -1.0, match="eps must be >= 0")
+
+
+@pytest.mark.cuda
+def test_wrong_device():
+    x = make_tensor((4, 5), torch.float32, "cuda")
+    raises(ops.rms_norm, x, torch.ones(5), match="weight must be on the same device")
