@@ -2,8 +2,9 @@
 for logits [M, C] or [C] and int64 class indices; vocabularies of any size (256k and beyond).
 
 The logits are read once in the forward pass and once in the backward pass, which writes the gradient in the
-logits' dtype; the only other memory is O(M) (per-row losses and log-sum-exps). torch.ops.myops.cross_entropy
-returns (loss, lse); ops.cross_entropy returns loss.
+logits' dtype; the only other memory is O(M) (per-row losses, maxima and log-sum-exps). torch.ops.myops.cross_entropy
+returns (loss, stats) with stats [*target.shape, 2] = per-row (max, log sum exp(x - max)); ops.cross_entropy returns
+loss.
 """
 
 import torch
@@ -36,11 +37,11 @@ def _check(logits, target, label_smoothing, reduction, op="cross_entropy"):
 def _(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean"):
     _check(logits, target, label_smoothing, reduction)
     loss = logits.new_empty(target.shape if reduction == "none" else ())
-    return loss, logits.new_empty(target.shape, dtype=stat_dtype(logits))
+    return loss, logits.new_empty((*target.shape, 2), dtype=stat_dtype(logits))
 
 
 @torch.library.register_fake("myops::cross_entropy_backward")
-def _(grad, logits, target, lse, ignore_index, label_smoothing, reduction):
+def _(grad, logits, target, stats, ignore_index, label_smoothing, reduction):
     return logits.new_empty(logits.shape)
 
 
@@ -52,9 +53,9 @@ def _setup(ctx, inputs, output):
     ctx.args = (ignore_index, label_smoothing, reduction)
 
 
-def _backward(ctx, grad, _grad_lse):
-    logits, target, lse = ctx.saved_tensors
-    return BACKWARD(grad, logits, target, lse, *ctx.args), None, None, None, None
+def _backward(ctx, grad, _grad_stats):
+    logits, target, stats = ctx.saved_tensors
+    return BACKWARD(grad, logits, target, stats, *ctx.args), None, None, None, None
 
 
 torch.library.register_autograd("myops::cross_entropy", _backward, setup_context=_setup)

@@ -1,8 +1,8 @@
-/* cross_entropy on the CPU, logits rows [M, C], fp64 math; formulas in csrc/cuda/cross_entropy.cu. loss and lse
- * [M] are fp32 (fp64 for fp64); targets were validated by the caller (an out-of-range one is clamped). */
+/* cross_entropy on the CPU, logits rows [M, C], fp64 math; formulas in csrc/cuda/cross_entropy.cu. loss
+ * [M] and stats [M, 2] are fp32 (fp64 for fp64); targets were validated by the caller (an out-of-range one is clamped). */
 #include "rows.h"
 
-int myops_cross_entropy_cpu(void* loss, void* lse, myops_operand x, const int64_t* target, int64_t t_stride,
+int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int64_t* target, int64_t t_stride,
                             int64_t M, int64_t C, int64_t ignore_index, double smoothing, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
@@ -17,22 +17,23 @@ int myops_cross_entropy_cpu(void* loss, void* lse, myops_operand x, const int64_
       sx += v;
     }
     for (int64_t i = 0; i < C; ++i) s += exp(myops_ld(dtype, xr, i * x.col_stride) - m);
-    const double l = nan ? NAN : m + log(s);
-    myops_st_stat(dtype, lse, r, l);
+    const double ls = nan ? NAN : log(s);
+    myops_st_stat(dtype, stats, 2 * r, m);
+    myops_st_stat(dtype, stats, 2 * r + 1, ls);
     const int64_t t = target[r * t_stride];
     if (t == ignore_index) {
       myops_st_stat(dtype, loss, r, 0.0);
     } else {
       const int64_t tc = t < 0 ? 0 : (t >= C ? C - 1 : t);
       const double xt = myops_ld(dtype, xr, tc * x.col_stride);
-      myops_st_stat(dtype, loss, r, l - (1.0 - smoothing) * xt - smoothing / (double)C * sx);
+      myops_st_stat(dtype, loss, r, ls + (1.0 - smoothing) * (m - xt) + smoothing * (m - sx / (double)C));
     }
   }
   return MYOPS_OK;
 }
 
 int myops_cross_entropy_backward_cpu(myops_out_operand dx, myops_operand x, const int64_t* target, int64_t t_stride,
-                                     const void* lse, const void* grad, int64_t g_stride, int64_t M, int64_t C,
+                                     const void* stats, const void* grad, int64_t g_stride, int64_t M, int64_t C,
                                      int64_t ignore_index, double smoothing, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
@@ -44,9 +45,10 @@ int myops_cross_entropy_backward_cpu(myops_out_operand dx, myops_operand x, cons
       for (int64_t i = 0; i < C; ++i) myops_st(dtype, dr, i * dx.col_stride, 0.0);
       continue;
     }
-    const double g = myops_ld_stat(dtype, grad, r * g_stride), l = myops_ld_stat(dtype, lse, r);
+    const double g = myops_ld_stat(dtype, grad, r * g_stride), m = myops_ld_stat(dtype, stats, 2 * r);
+    const double ls = myops_ld_stat(dtype, stats, 2 * r + 1);
     for (int64_t i = 0; i < C; ++i) {
-      const double p = exp(myops_ld(dtype, xr, i * x.col_stride) - l);
+      const double p = exp((myops_ld(dtype, xr, i * x.col_stride) - m) - ls);
       myops_st(dtype, dr, i * dx.col_stride, g * (p - smoothing / (double)C - (i == t ? 1.0 - smoothing : 0.0)));
     }
   }

@@ -20,11 +20,11 @@ static int softmax_rows_forward(const myops_out_operand* y, const myops_operand*
     }
     for (int64_t i = 0; i < N; ++i) s += exp(myops_ld(dtype, xr, i * x->col_stride) - m);
     if (nan) s = NAN;
-    const double shift = m + log(s);
+    const double logs = log(s);
     char* yr = myops_out_row(y, r, es);
     for (int64_t i = 0; i < N; ++i) {
       const double v = myops_ld(dtype, xr, i * x->col_stride);
-      myops_st(dtype, yr, i * y->col_stride, is_log ? v - shift : exp(v - m) / s);
+      myops_st(dtype, yr, i * y->col_stride, is_log ? (v - m) - logs : exp(v - m) / s);
     }
   }
   return MYOPS_OK;

@@ -2,11 +2,13 @@
 // streaming mode: each kernel reads the logits once, and nothing of size [M, C] but the gradient is ever written.
 //
 // forward, per row i with t = target[i] != ignore_index (eps = label_smoothing):
-//   lse_i  = m + log(sum_j exp(x_ij - m))           (online: one pass keeps a running max and rescaled sum)
-//   loss_i = lse_i - (1 - eps) x_it - eps / C * sum_j x_ij      (= (1 - eps) nll + eps * mean_j(-log p_ij))
-//   ignored rows: loss_i = 0. Saved: lse [M] (acc_t). The caller reduces loss (mean over non-ignored rows / sum).
-// backward:  dx_ij = g_i (exp(x_ij - lse_i) - (1 - eps) [j == t] - eps / C), 0 on ignored rows; g_i [M] is the
-//   incoming gradient already divided by the row count for reduction = "mean".
+//   m_i = max_j x_ij, ls_i = log(sum_j exp(x_ij - m_i))   (online: one pass keeps a running max and rescaled sum)
+//   loss_i = ls_i + (1 - eps) (m_i - x_it) + eps (m_i - mean_j x_ij)   (= (1 - eps) nll + eps * mean_j(-log p_ij),
+//            written so that no term rounds at the magnitude of the logits, as m_i + ls_i - x_it would)
+//   ignored rows: loss_i = 0. Saved: stats [M, 2] = (m_i, ls_i) (acc_t). The caller reduces loss (mean over
+//   non-ignored rows / sum).
+// backward:  dx_ij = g_i (exp((x_ij - m_i) - ls_i) - (1 - eps) [j == t] - eps / C), 0 on ignored rows; g_i [M]
+//   is the incoming gradient already divided by the row count for reduction = "mean".
 #include "rows.cuh"
 
 namespace {
@@ -15,7 +17,7 @@ using namespace myops::rows;
 
 template <class T>
 __global__ void __launch_bounds__(kMaxThreads) ce_fwd_kernel(acc_t<T>* __restrict__ loss,      // [M]
-                                                             acc_t<T>* __restrict__ lse,       // [M]
+                                                             acc_t<T>* __restrict__ stats,     // [M, 2]
                                                              myops_operand x,                  // [M, C]
                                                              const int64_t* __restrict__ target, int64_t t_stride,
                                                              int64_t M, int64_t C, int64_t ignore_index,
@@ -53,15 +55,18 @@ __global__ void __launch_bounds__(kMaxThreads) ce_fwd_kernel(acc_t<T>* __restric
     const A sum_x = smoothing != A(0) ? c.reduce(Pair<A>{sx, A(0)}, AddOp{}, red, cred).a : A(0);
     if (c.rank == 0 && c.tid == 0) {
       const int64_t tg = target[r * t_stride];
-      const A l = ms.a + log_of<T>(ms.b);
-      lse[r] = l;
+      const A ls = log_of<T>(ms.b);
+      stats[2 * r] = ms.a;
+      stats[2 * r + 1] = ls;
       if (tg == ignore_index) {
         loss[r] = A(0);
       } else {
         // the caller validated tg; clamp anyway so that a bad index cannot read outside the row
         const int64_t tc = tg < 0 ? 0 : (tg >= C ? C - 1 : tg);
         const A xt = to_acc(static_cast<const T*>(x.ptr)[r * x.row_stride + tc * x.col_stride]);
-        loss[r] = l - (A(1) - smoothing) * xt - smoothing / A(C) * sum_x;
+        A l = ls + (A(1) - smoothing) * (ms.a - xt);
+        if (smoothing != A(0)) l += smoothing * (ms.a - sum_x / A(C));
+        loss[r] = l;
       }
     }
   }
@@ -72,7 +77,7 @@ template <class T>
 __global__ void __launch_bounds__(kMaxThreads) ce_bwd_kernel(myops_out_operand dx,                // [M, C]
                                                              myops_operand x,                     // [M, C]
                                                              const int64_t* __restrict__ target, int64_t t_stride,
-                                                             const acc_t<T>* __restrict__ lse,    // [M]
+                                                             const acc_t<T>* __restrict__ stats,  // [M, 2]
                                                              const acc_t<T>* __restrict__ grad,   // [M] (stride)
                                                              int64_t g_stride, int64_t M, int64_t C,
                                                              int64_t ignore_index, acc_t<T> smoothing, int vec_mask,
@@ -85,7 +90,7 @@ __global__ void __launch_bounds__(kMaxThreads) ce_bwd_kernel(myops_out_operand d
     Tile<T, 1> t(c, in, vec_mask, r, nullptr);
     const int64_t tg = target[r * t_stride];
     const bool ignored = tg == ignore_index;
-    const A g = ignored ? A(0) : grad[r * g_stride], l = lse[r];
+    const A g = ignored ? A(0) : grad[r * g_stride], m = stats[2 * r], ls = stats[2 * r + 1];
     const A off = smoothing / A(C), hit = A(1) - smoothing;
     const int64_t tl = tg - c.c0;  // the target's column within this CTA's chunk
     const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
@@ -95,7 +100,7 @@ __global__ void __launch_bounds__(kMaxThreads) ce_bwd_kernel(myops_out_operand d
       t.get(0, j, v);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const A pr = ignored ? A(0) : exp_of<T>(v[e] - l);
+        const A pr = ignored ? A(0) : exp_of<T>((v[e] - m) - ls);
         v[e] = g * (pr - off - (j * VEC + e == tl ? hit : A(0)));
       }
       o.put(j, t.valid(j), v);
@@ -104,7 +109,7 @@ __global__ void __launch_bounds__(kMaxThreads) ce_bwd_kernel(myops_out_operand d
 }
 }  // namespace
 
-extern "C" int myops_cross_entropy_cuda(void* loss, void* lse, myops_operand x, const int64_t* target,
+extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, myops_operand x, const int64_t* target,
                                         int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index,
                                         double smoothing, int dtype, void* stream) {
   if (M <= 0 || C <= 0) return MYOPS_OK;
@@ -117,12 +122,12 @@ extern "C" int myops_cross_entropy_cuda(void* loss, void* lse, myops_operand x, 
     if (rc) return rc;
     const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, C, es);
     return launch(p, kernel, static_cast<cudaStream_t>(stream), static_cast<acc_t<T>*>(loss),
-                  static_cast<acc_t<T>*>(lse), x, target, t_stride, M, C, ignore_index, (acc_t<T>)smoothing, mask, p);
+                  static_cast<acc_t<T>*>(stats), x, target, t_stride, M, C, ignore_index, (acc_t<T>)smoothing, mask, p);
   });
 }
 
 extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_operand x, const int64_t* target,
-                                                 int64_t t_stride, const void* lse, const void* grad,
+                                                 int64_t t_stride, const void* stats, const void* grad,
                                                  int64_t g_stride, int64_t M, int64_t C, int64_t ignore_index,
                                                  double smoothing, int dtype, void* stream) {
   if (M <= 0 || C <= 0) return MYOPS_OK;
@@ -136,7 +141,7 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
     const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, C, es) |
                      vec_ok(dx.ptr, dx.row_stride, dx.col_stride, M, C, es) << 3;
     return launch(p, kernel, static_cast<cudaStream_t>(stream), dx, x, target, t_stride,
-                  static_cast<const acc_t<T>*>(lse), static_cast<const acc_t<T>*>(grad), g_stride, M, C,
+                  static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, M, C,
                   ignore_index, (acc_t<T>)smoothing, mask, p);
   });
 }

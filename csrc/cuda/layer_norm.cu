@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
           acc[0][j * VEC + e] += g[e] * xh;
           acc[1][j * VEC + e] += g[e];
         }
-        const A gw = wc ? g[e] * wv[e] : g[e];
+        const A gw = wc ? mul_rn(g[e], wv[e]) : g[e];
         sg += gw;
         sgx += gw * xh;
       }
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
       if (wc) get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const A gw = wc ? g[e] * wv[e] : g[e];
+        const A gw = wc ? mul_rn(g[e], wv[e]) : g[e];
         v[e] = rs * (gw - mg - (v[e] - mu) * rs * mgx);
       }
       o.put(j, nv, v);

@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           if (dw && e < nv) acc[0][j * VEC + e] += g[e] * v[e] * rs;
-          g[e] *= wv[e];
+          g[e] = mul_rn(g[e], wv[e]);
         }
       }
 #pragma unroll
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
       if (wc) {
         get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) g[e] *= wv[e];
+        for (int e = 0; e < VEC; ++e) g[e] = mul_rn(g[e], wv[e]);
       }
 #pragma unroll
       for (int e = 0; e < VEC; ++e) d[e] = rs * (g[e] - v[e] * k);

@@ -65,6 +65,12 @@ template <class T> __device__ __forceinline__ acc_t<T> log_of(acc_t<T> x) {
   if constexpr (sizeof(T) == 8) return log(x);
   else return logf(x);
 }
+// a * b rounded on its own: never contracted into an FMA with a later add. Where a product is summed in one pass
+// and subtracted from the same sum in another (g - mean(g)), contraction in only one of them would leave the
+// product's rounding residual instead of an exact 0.
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+
 // 1 / sqrt(v): correctly rounded sqrt and division (1 ulp) rather than rsqrtf's 2 ulp; once per row, free.
 template <class A> __device__ __forceinline__ A inv_sqrt(A v) { return A(1) / sqrt(v); }
 

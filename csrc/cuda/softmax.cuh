@@ -3,7 +3,7 @@
 //
 // forward:   m = max(x), s = sum(exp(x - m))   (one pass: each thread keeps a running (m, s), rescaling s when m
 //                                              grows; threads, CTAs and cluster CTAs combine their pairs)
-//            softmax: y = exp(x - m) / s        log_softmax: y = x - m - log(s)
+//            softmax: y = exp(x - m) / s        log_softmax: y = (x - m) - log(s)
 // backward:  softmax: dx = y * (dy - sum(dy * y))      log_softmax: dx = dy - exp(y) * sum(dy)
 // Rows of -inf give NaN and NaN propagates, as in eager.
 #pragma once
@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_kernel(myops_out_operand y,  
     }
     const Pair<A> ms = c.reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, red, cred);
     const A mx = ms.a;
-    const A shift = LOG ? mx + log_of<T>(ms.b) : mx;
+    const A logs = log_of<T>(ms.b);
     const A inv = A(1) / ms.b;
     const OutRow<T> o(y, (vec_mask >> 3) & 1, c, r);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_kernel(myops_out_operand y,  
       t.get(0, j, v);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        if constexpr (LOG) v[e] = v[e] - shift;
+        if constexpr (LOG) v[e] = (v[e] - mx) - logs;  // not v - (mx + logs): that rounds at mx's magnitude
         else if constexpr (sizeof(T) == 2) v[e] = exp_of<T>(v[e] - mx) * inv;  // the rounding to T hides 1 ulp
         else v[e] = exp_of<T>(v[e] - mx) / ms.b;
       }

@@ -1,9 +1,10 @@
-// myops::cross_entropy(logits, target, ignore_index=-100, label_smoothing=0., reduction="mean") -> (loss, lse)
+// myops::cross_entropy(logits, target, ignore_index=-100, label_smoothing=0., reduction="mean") -> (loss, stats)
 //   = F.cross_entropy(logits, target, ignore_index=..., label_smoothing=..., reduction=...) for logits [M, C] or
-//   [C] and int64 class indices target [M] or []; lse [target.shape] (fp32, fp64 for fp64) is saved for backward.
+//   [C] and int64 class indices target [M] or []; stats [*target.shape, 2] = per-row (max, log sum exp(x - max)) (fp32, fp64 for
+//   fp64) is saved for backward.
 //   The logits are read once (online max/sum); no [M, C] temporary exists. Targets are validated first (one small
 //   reduction and a host sync; out-of-range classes raise instead of reading out of bounds).
-// myops::cross_entropy_backward(grad, logits, target, lse, ignore_index, label_smoothing, reduction) -> dlogits.
+// myops::cross_entropy_backward(grad, logits, target, stats, ignore_index, label_smoothing, reduction) -> dlogits.
 #include "common.h"
 
 #include <ATen/ops/sum.h>
@@ -63,13 +64,13 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     }
   }
   const auto stat_opts = logits.options().dtype(myops::stat_dtype(logits));
-  at::Tensor rows = at::empty({M}, stat_opts), lse = at::empty({M}, stat_opts);
+  at::Tensor rows = at::empty({M}, stat_opts), stats = at::empty({M, 2}, stat_opts);
   if (M > 0) {
     const myops::RowsView v = myops::rows_view(x2);
     if (logits.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
       const c10::cuda::OptionalCUDAGuard guard(logits.device());
-      const int rc = k_fwd_cuda.get()(rows.data_ptr(), lse.data_ptr(), v.op, t1.data_ptr<int64_t>(), t1.stride(0), M,
+      const int rc = k_fwd_cuda.get()(rows.data_ptr(), stats.data_ptr(), v.op, t1.data_ptr<int64_t>(), t1.stride(0), M,
                                       C, ignore_index, smoothing, dtype, myops::current_stream(logits));
       myops::check_status(rc, op, "CUDA");
 #endif
@@ -77,7 +78,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
       const FwdCpu fn = k_fwd_cpu.get();
       const int64_t es = logits.element_size(), ss = rows.element_size();
       myops::cpu_rows(M, C, op, [&](int64_t b, int64_t e) {
-        return fn(static_cast<char*>(rows.data_ptr()) + b * ss, static_cast<char*>(lse.data_ptr()) + b * ss,
+        return fn(static_cast<char*>(rows.data_ptr()) + b * ss, static_cast<char*>(stats.data_ptr()) + 2 * b * ss,
                   myops::shifted(v.op, b, es), t1.data_ptr<int64_t>() + b * t1.stride(0), t1.stride(0), e - b, C,
                   ignore_index, smoothing, dtype);
       });
@@ -91,11 +92,13 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     if (red == Reduction::Mean) total = total.div(t1.ne(ignore_index).sum().to(total.scalar_type()));
     loss = total.to(logits.scalar_type());
   }
-  return {loss, lse.reshape(target.sizes())};
+  std::vector<int64_t> stats_shape(target.sizes().begin(), target.sizes().end());
+  stats_shape.push_back(2);
+  return {loss, stats.reshape(stats_shape)};
 }
 
 at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logits, const at::Tensor& target,
-                                  const at::Tensor& lse, int64_t ignore_index, double smoothing,
+                                  const at::Tensor& stats, int64_t ignore_index, double smoothing,
                                   c10::string_view reduction) {
   const char* op = "cross_entropy_backward";
   check_args(logits, target, smoothing, op);
@@ -104,10 +107,11 @@ at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logi
   myops::check_same_device(logits, grad, op, "logits", "grad");
   TORCH_CHECK(grad.sizes() == (red == Reduction::None ? target.sizes() : at::IntArrayRef{}), "myops.", op,
               ": grad must have the shape of the loss");
-  TORCH_CHECK(lse.sizes() == target.sizes() && lse.scalar_type() == myops::stat_dtype(logits), "myops.", op,
-              ": lse must be the lse output of cross_entropy for these logits");
+  TORCH_CHECK(stats.numel() == 2 * target.numel() && stats.dim() == target.dim() + 1 &&
+                  stats.scalar_type() == myops::stat_dtype(logits) && stats.device() == logits.device(),
+              "myops.", op, ": stats must be the stats output of cross_entropy for these logits");
   const at::Tensor x2 = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
-  const at::Tensor t1 = target.reshape({-1}), l1 = lse.reshape({-1}).contiguous();
+  const at::Tensor t1 = target.reshape({-1}), l1 = stats.reshape({-1, 2}).contiguous();
   const int64_t M = x2.size(0), C = x2.size(1);
   at::Tensor g = grad.to(myops::stat_dtype(logits)).reshape({-1});
   if (red == Reduction::Mean) g = g.div(t1.ne(ignore_index).sum().to(g.scalar_type()));
@@ -130,7 +134,7 @@ at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logi
       myops::cpu_rows(M, C, op, [&](int64_t b, int64_t e) {
         return fn(myops::shifted(myops::out_rows(dx), b, es), myops::shifted(v.op, b, es),
                   t1.data_ptr<int64_t>() + b * t1.stride(0), t1.stride(0),
-                  static_cast<const char*>(l1.data_ptr()) + b * ss,
+                  static_cast<const char*>(l1.data_ptr()) + 2 * b * ss,
                   static_cast<const char*>(g.data_ptr()) + b * g_stride * ss, g_stride, e - b, C, ignore_index,
                   smoothing, dtype);
       });
@@ -143,7 +147,7 @@ at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logi
 TORCH_LIBRARY_FRAGMENT(myops, m) {
   m.def("cross_entropy(Tensor logits, Tensor target, int ignore_index=-100, float label_smoothing=0.0, "
         "str reduction=\"mean\") -> (Tensor, Tensor)");
-  m.def("cross_entropy_backward(Tensor grad, Tensor logits, Tensor target, Tensor lse, int ignore_index, "
+  m.def("cross_entropy_backward(Tensor grad, Tensor logits, Tensor target, Tensor stats, int ignore_index, "
         "float label_smoothing, str reduction) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(myops, CPU, m) {
