@@ -158,6 +158,23 @@ def test_fast_path_shapes(device, dtype):
                                 lambda a, cc, ss: eager(a, cc, ss, hf, il), None, [x, c, s], grad_inputs=[0])
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape,heads_first", [((2, 1024, 40, 128), False), ((3, 12, 700, 64), True),
+                                               ((5000, 3, 66), False)])
+def test_cuda_grids(dtype, shape, heads_first):
+    """Sizes where the CUDA launcher splits the heads of a position across several teams (G between 1 and H, a
+    partial last round of heads), and a scalar-path D with many positions."""
+    g = torch.Generator().manual_seed(2)
+    S, D = shape[-2] if heads_first else shape[-3], shape[-1]
+    x = torch.randn(shape, generator=g).to(dtype=dtype, device="cuda")
+    theta = torch.rand(S, D, generator=g, dtype=torch.float64) * 6.3
+    cos, sin = theta.cos().to(dtype=dtype, device="cuda"), theta.sin().to(dtype=dtype, device="cuda")
+    for il in (False, True):
+        check_against_eager(lambda a, c, s: ops.rope(a, c, s, heads_first, il),
+                            lambda a, c, s: eager(a, c, s, heads_first, il), None, [x, cos, sin], grad_inputs=[0])
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck(device):
     g = torch.Generator().manual_seed(0)
