@@ -14,8 +14,8 @@ OP = torch.ops.myops.rope.default
 BACKWARD = torch.ops.myops.rope_backward.default
 
 D_SIZES = [2, 4, 6, 8, 64, 66, 128]
-# Memory layouts of x (see place()): contiguous; qkv (q of a fused projection, qkv.view(..., S, 3, H, D)[..., 0]
-# style: the outer of S/H strided by 3); transposed (S and H swapped in memory, e.g. HF's view(B, S, H, D).transpose
+# Memory layouts of x (see place()): contiguous; qkv (a slice of a fused projection, qkv.view(..., S, 3, H, D)[..., 1,
+# :, :] style: the outer of S/H strided by 3, a storage offset); transposed (S and H swapped in memory, e.g. HF's view(B, S, H, D).transpose
 # for heads_first); padded (rows of D + 2: unaligned row strides); offset (storage offset 1: unaligned base);
 # col_strided (last dim stride 2: copied by the op); batch_transposed (two batch dims swapped: copied by the op);
 # batch_inner (batch dim between S/H in memory: an unusual but collapsible stride).
@@ -75,9 +75,9 @@ def place(t: torch.Tensor, layout: str, nb: int = 0) -> torch.Tensor:
 
 @st.composite
 def problems(draw, max_numel: int = 1 << 15):
-    """(x, cos, sin, heads_first, interleaved) for a device and dtype: 0-2 batch dims, odd and size-1 sizes, sometimes
-    an empty dim, every D of D_SIZES, x and cos/sin in the layouts above, cos/sin of shape [S, D], [1, S, D],
-    [B, S, D] (or with some batch dims 1, or fewer leading dims than x has batch dims)."""
+    """A rope problem, made into tensors by make_problem(): 0-2 batch dims, odd and size-1 sizes, sometimes an empty
+    dim, every D of D_SIZES, heads_first and interleaved, x and cos/sin in the layouts above, cos/sin of shape [S, D],
+    [1, S, D], [B, S, D] (or with some batch dims 1, or fewer leading dims than x has batch dims)."""
     nb = draw(st.integers(0, 2))
     batch = [draw(st.integers(1, 3)) for _ in range(nb)]
     S = draw(st.one_of(st.sampled_from([1, 2, 7, 17]), st.integers(1, 40)))
