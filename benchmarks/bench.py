@@ -105,6 +105,33 @@ def row_cases(op, make_inputs, myops_fn, torch_fn, long_rows=True):
     return cases
 
 
+def rope_inputs(heads_first: bool) -> Callable[[tuple[int, ...], torch.dtype, torch.device], Inputs]:
+    """Input maker for rope: x of the shape ([S, H, D], or [..., H, S, D] with heads_first) and cos/sin [S, D] of
+    random angles (broadcast over the batch and heads, as a model's rotary cache)."""
+    def make(shape, dtype, device) -> Inputs:
+        S, D = shape[-2] if heads_first else shape[-3], shape[-1]
+        theta = torch.rand(S, D, device=device, dtype=torch.float64) * 6.283185307179586
+        return randn(*shape, dtype=dtype, device=device), theta.cos().to(dtype), theta.sin().to(dtype)
+    return make
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """Hugging Face Llama's rotate_half."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_eager(heads_first: bool) -> Callable:
+    """The Hugging Face expression, cos/sin unsqueezed over the heads dim."""
+    unsq = -3 if heads_first else -2
+    return lambda x, cos, sin: x * cos.unsqueeze(unsq) + rotate_half(x) * sin.unsqueeze(unsq)
+
+
+def rope_bwd_bytes(inputs: Inputs, grad: Sequence[torch.Tensor]) -> int:
+    """rope's backward for x alone: reads grad, cos and sin, writes dx (x itself is not needed)."""
+    return io_bytes(tuple(grad) + tuple(inputs[1:3]), [inputs[0]])
+
+
 @dataclass(frozen=True)
 class Case:
     """One benchmarked expression: op is the myops stem that --ops selects, variant tells apart cases of one op."""
@@ -116,6 +143,13 @@ class Case:
     backward: bool = False
     variant: str = ""
     shape: tuple[int, ...] | None = None  # this case's input shape (default: --shape); an explicit --shape wins
+    grad_inputs: tuple[int, ...] | None = None  # inputs differentiated in the fwd+bwd rows (default: every float one)
+    # Minimum traffic of the backward alone, (inputs, grad) -> bytes (default: grad and every input read, the
+    # differentiated inputs' gradients written).
+    bwd_bytes: Callable[[Inputs, Sequence[torch.Tensor]], int] | None = None
+    # Check myops against torch_fn in float64 rather than against eager in the dtype: for expressions whose eager
+    # roundings do not stay within the dtype's tolerance (rope: a*cos - b*sin rounds both products, which cancel).
+    ref64: bool = False
 
     @property
     def name(self) -> str:
@@ -139,6 +173,12 @@ CASES = [
     Case("cross_entropy", logits_target, ops.cross_entropy, F.cross_entropy, backward=True, shape=(4096, 32000)),
     Case("cross_entropy", logits_target, ops.cross_entropy, F.cross_entropy, backward=True, shape=(1024, 262144),
          variant="V=262144"),
+    # cos/sin are buffers in a model: only x is differentiated.
+    Case("rope", rope_inputs(False), ops.rope, rope_eager(False), backward=True, variant="[S,H,D]",
+         shape=(16384, 32, 128), grad_inputs=(0,), bwd_bytes=rope_bwd_bytes, ref64=True),
+    Case("rope", rope_inputs(True), lambda x, c, s: ops.rope(x, c, s, heads_first=True), rope_eager(True),
+         backward=True, variant="heads_first", shape=(4, 32, 4096, 128), grad_inputs=(0,), bwd_bytes=rope_bwd_bytes,
+         ref64=True),
 ]
 
 
@@ -189,10 +229,17 @@ def copy_gbps(device: torch.device, time_us) -> float:
     return 2 * n / time_us(lambda: dst.copy_(src)) / 1e3
 
 
-def with_grad(inputs: Inputs) -> Inputs:
-    """Fresh leaf copies of the float tensors that require grad; other arguments unchanged."""
+def with_grad(inputs: Inputs, which: Sequence[int] | None = None) -> Inputs:
+    """Fresh leaf copies of the float tensors (those listed in which, if given) that require grad; other arguments
+    unchanged."""
     return tuple(x.detach().clone().requires_grad_() if isinstance(x, torch.Tensor) and x.is_floating_point()
-                 else x for x in inputs)
+                 and (which is None or i in which) else x for i, x in enumerate(inputs))
+
+
+def as64(inputs: Inputs) -> Inputs:
+    """float64 copies of the float tensors (requiring grad like the originals); other arguments unchanged."""
+    return tuple(x.detach().double().requires_grad_(x.requires_grad)
+                 if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs)
 
 
 def fwd_bwd(fn: Callable, inputs: Inputs, grad: torch.Tensor) -> Callable[[], tuple]:
@@ -202,12 +249,13 @@ def fwd_bwd(fn: Callable, inputs: Inputs, grad: torch.Tensor) -> Callable[[], tu
 
 
 def check(label: str, got, want, inputs: Inputs) -> str:
-    """'' if myops matches eager (tolerance by dtype, atol widened for sums), else the first mismatch."""
+    """'' if myops matches eager, or a float64 want (tolerance by dtype, atol widened for sums), else the first
+    mismatch."""
     rtol, atol = TOL[tensors(inputs)[0].dtype]
     for g, w in zip(tensors(got), tensors(want)):
         terms = max(t.numel() for t in tensors(inputs)) // max(g.numel(), 1)
         try:
-            torch.testing.assert_close(g, w, rtol=rtol, atol=atol * terms**0.5)
+            torch.testing.assert_close(g.to(w.dtype), w, rtol=rtol, atol=atol * terms**0.5)
         except AssertionError as e:
             lines = [line.strip() for line in str(e).splitlines() if line.strip()]
             return f"{label}: " + "; ".join(lines[1:3])
@@ -221,14 +269,18 @@ def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable
     impls = {"myops": case.myops_fn, "eager": case.torch_fn} | ({"compile": compiled} if compiled else {})
     label = f"{case.name} {DTYPE_NAMES[dtype]}"
     out = case.myops_fn(*inputs)
-    failures = [check(f"{label} fwd", out, case.torch_fn(*inputs), inputs)]
+    failures = [check(f"{label} fwd", out, case.torch_fn(*(as64(inputs) if case.ref64 else inputs)), inputs)]
     runs = [("fwd", impl, lambda fn=fn: fn(*inputs), case.bytes(inputs, out)) for impl, fn in impls.items()]
     if args.backward and case.backward:
-        inputs = with_grad(inputs)
+        inputs = with_grad(inputs, case.grad_inputs)
         grad = [torch.randn_like(t) for t in tensors(out)]
         grads = {impl: fwd_bwd(fn, inputs, grad) for impl, fn in impls.items()}
-        failures.append(check(f"{label} grads", grads["myops"](), grads["eager"](), inputs))
-        nbytes = case.bytes(inputs, out) + case.bytes(inputs + tuple(grad), tensors(inputs))  # bwd re-reads inputs
+        want = (fwd_bwd(case.torch_fn, as64(inputs), [g.double() for g in grad])() if case.ref64
+                else grads["eager"]())
+        failures.append(check(f"{label} grads", grads["myops"](), want, inputs))
+        leaves = [t for t in tensors(inputs) if t.requires_grad]
+        bwd = case.bwd_bytes(inputs, grad) if case.bwd_bytes else case.bytes(inputs + tuple(grad), leaves)
+        nbytes = case.bytes(inputs, out) + bwd  # the backward re-reads the inputs it needs
         runs += [("fwd+bwd", impl, fn, nbytes) for impl, fn in grads.items()]
     rows = []
     for mode, impl, fn, nbytes in runs:
