@@ -16,7 +16,7 @@ using namespace myops;
 using namespace myops::rows;
 
 template <class T>
-__global__ void __launch_bounds__(kMaxThreads) ce_fwd_kernel(acc_t<T>* __restrict__ loss,      // [M]
+__global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __restrict__ loss,      // [M]
                                                              acc_t<T>* __restrict__ stats,     // [M, 2]
                                                              myops_operand x,                  // [M, C]
                                                              const int64_t* __restrict__ target, int64_t t_stride,
@@ -74,7 +74,7 @@ __global__ void __launch_bounds__(kMaxThreads) ce_fwd_kernel(acc_t<T>* __restric
 }
 
 template <class T>
-__global__ void __launch_bounds__(kMaxThreads) ce_bwd_kernel(myops_out_operand dx,                // [M, C]
+__global__ void __launch_bounds__(kMaxThreads, 2) ce_bwd_kernel(myops_out_operand dx,                // [M, C]
                                                              myops_operand x,                     // [M, C]
                                                              const int64_t* __restrict__ target, int64_t t_stride,
                                                              const acc_t<T>* __restrict__ stats,  // [M, 2]
@@ -98,10 +98,12 @@ __global__ void __launch_bounds__(kMaxThreads) ce_bwd_kernel(myops_out_operand d
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
       t.get(0, j, v);
+      const int64_t d = tl - j * VEC;  // the target's lane in this slot, if it is in it
+      const int eh = d >= 0 && d < VEC ? (int)d : -1;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A pr = ignored ? A(0) : exp_of<T>((v[e] - m) - ls);
-        v[e] = g * (pr - off - (j * VEC + e == tl ? hit : A(0)));
+        v[e] = g * (pr - off - (e == eh ? hit : A(0)));
       }
       o.put(j, t.valid(j), v);
     }

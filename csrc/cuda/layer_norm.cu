@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kMaxThreads) ln_fwd_kernel(myops_out_operand y
   const T* bc = b ? b + c.c0 : nullptr;
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, 1> t(c, in, vec_mask, r, smem);
-    t.stage();
+    t.stage(M);
     A sum = A(0);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
@@ -90,11 +90,11 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
   const myops_operand in[2] = {dy, x};
   const T* wc = w ? w + c.c0 : nullptr;
   const bool dwb = ws != nullptr;
-  const ColAcc<T> acc(c, ws, smem + (p.resident ? (int64_t)p.rows_per_cta * p.nstage * p.buf * sizeof(T) : 0), N);
+  const ColAcc<T> acc(c, ws, smem + staged_bytes(p, sizeof(T)), N);
   if (dwb) acc.zero(c, 2);
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, 2> t(c, in, vec_mask, r, smem);
-    t.stage();
+    t.stage(M);
     const A mu = mean[r], rs = rstd[r];
     A sg = A(0), sgx = A(0);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
@@ -161,7 +161,8 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
   });
 }
 
-// Rows of each of the two [rows, N] workspaces (dw, db partials) the backward pass needs.
+// Rows of each of the two [rows, N] workspaces (dw, db partials) the backward pass needs (-1: the kernel cannot
+// run with its plan on this device).
 extern "C" int64_t myops_layer_norm_backward_ws_cuda(int64_t M, int64_t N, int dtype) {
   if (M <= 0 || N <= 0) return 0;
   int64_t rows_ = 0;
@@ -169,7 +170,7 @@ extern "C" int64_t myops_layer_norm_backward_ws_cuda(int64_t M, int64_t N, int d
     using T = decltype(tag);
     Plan p = bwd_plan(M, N, dtype, true);
     const int rc = finish_plan(p, ln_bwd_kernel<T>, M);
-    rows_ = rc ? 0 : p.groups * p.rows_per_cta;
+    rows_ = rc ? -1 : p.groups * p.rows_per_cta;
     return rc;
   });
   return rows_;

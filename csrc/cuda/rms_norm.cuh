@@ -15,7 +15,7 @@ using namespace rows;
 
 // vec_mask bits: 0 x / dy, 1 residual / s, 2 ds_out, 3 y / dx, 4 s output, 5 w.
 template <class T, bool ADD>
-__global__ void __launch_bounds__(kMaxThreads) fwd_kernel(myops_out_operand y,      // [M, N]
+__global__ void __launch_bounds__(kMaxThreads, 2) fwd_kernel(myops_out_operand y,      // [M, N]
                                                    myops_out_operand s_out,  // [M, N] x + residual (ADD)
                                                    acc_t<T>* __restrict__ rstd,  // [M]
                                                    myops_operand x,          // [M, N]
@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_kernel(myops_out_operand y,  
   const T* wc = w ? w + c.c0 : nullptr;
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, NIN> t(c, in, vec_mask, r, smem);
-    t.stage();
+    t.stage(M);
     auto load = [&](int64_t j, A (&v)[VEC]) {
       t.get(0, j, v);
       if constexpr (ADD) {
@@ -88,11 +88,11 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
   if constexpr (ADD) in[2] = ds_out;
   const T* wc = w ? w + c.c0 : nullptr;
   const bool dw = ws != nullptr;  // accumulate the weight gradient
-  const ColAcc<T> acc(c, ws, smem + (p.resident ? (int64_t)p.rows_per_cta * p.nstage * p.buf * sizeof(T) : 0), N);
+  const ColAcc<T> acc(c, ws, smem + staged_bytes(p, sizeof(T)), N);
   if (dw) acc.zero(c, 1);
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, NIN> t(c, in, vec_mask, r, smem);
-    t.stage(2);  // ds_out is read once, in the output pass
+    t.stage(M, 2);  // ds_out is read once, in the output pass
     const A rs = rstd[r];
     A dot = A(0);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
@@ -166,7 +166,8 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
   });
 }
 
-// Rows of the dw workspace [rows, N] the backward pass needs (0 when dw is not wanted). The backward pass
+// Rows of the dw workspace [rows, N] the backward pass needs (0 when dw is not wanted, -1 if the kernel cannot
+// run with its plan on this device). The backward pass
 // accumulates dw exactly when it gets a workspace.
 inline int64_t backward_ws_rows(int64_t M, int64_t N, int dtype, bool weight, bool add) {
   if (!weight || M <= 0 || N <= 0) return 0;
@@ -175,7 +176,7 @@ inline int64_t backward_ws_rows(int64_t M, int64_t N, int dtype, bool weight, bo
     using T = decltype(tag);
     Plan p = bwd_plan(M, N, dtype, true);
     const int rc = add ? finish_plan(p, bwd_kernel<T, true>, M) : finish_plan(p, bwd_kernel<T, false>, M);
-    rows_ = rc ? 0 : p.groups * p.rows_per_cta;
+    rows_ = rc ? -1 : p.groups * p.rows_per_cta;
     return rc;
   });
   return rows_;

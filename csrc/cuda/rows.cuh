@@ -29,7 +29,9 @@ constexpr int64_t kWarpRowBytes = 4096;      // staged bytes of a row up to whic
 constexpr int64_t kStageBudget = 48 << 10;   // staged bytes per CTA before the row is split across a cluster
 constexpr int64_t kMaxSmem = 200 << 10;      // staged + accumulator bytes per CTA before streaming instead
 constexpr int kSlotsPerThread = 4;           // 16-byte slots per thread a CTA is sized for
-constexpr int kMaxThreads = 512;             // per CTA: leaves 128 registers per thread (1024 would cap at 64)
+constexpr int kMaxThreads = 512;             // per CTA: leaves 128 registers per thread (1024 would cap at 64).
+// Kernels that fit in 64 registers declare __launch_bounds__(kMaxThreads, 2) so that four 256-thread CTAs share an
+// SM; the backward kernels and layer_norm's forward (more live values per 16-byte slot) would spill at 64.
 
 struct Plan {
   int threads;       // per CTA
@@ -41,6 +43,7 @@ struct Plan {
   int nstage;        // staged inputs
   int nacc;          // per-column accumulators (weight gradients), 0 if none
   int acc_smem;      // 1: accumulators in shared memory, 0: in the global workspace
+  int nbuf;          // staging buffers per row slot: 2 = the next row's copy is in flight during this row's work
   int64_t groups;    // row groups in the grid (grid.x = groups * cluster)
   int64_t smem;      // dynamic shared memory per CTA, bytes
 };
@@ -54,11 +57,22 @@ struct AddOp {
   }
 };
 
-// exp for the statistics and outputs: fp32 uses the accurate expf (an fp32 output must not carry __expf's
-// argument-scaled error), half types the MUFU-based __expf (their rounding hides it), fp64 exp.
+// exp for the statistics and outputs: fp32 uses exp_f32 (an fp32 output must not carry __expf's argument-scaled
+// error), half types the MUFU-based __expf (their rounding hides it), fp64 exp.
+// exp(x) for fp32 outputs in six instructions: 2^t on the MUFU (2 ulp) with t = x log2(e) rounded, times
+// (1 + ln2 * c) where c is t's rounding error recovered by FMA (plus the error of log2(e) in fp32). About 2-3 ulp,
+// like expf's, at a third of its cost; results below 2^-126 flush to 0 (an absolute error under 1.2e-38).
+__device__ __forceinline__ float exp_f32(float x) {
+  const float t = x * 1.44269504088896341f;
+  const float c = fmaf(x, 1.925963033500e-8f, fmaf(x, 1.44269504088896341f, -t));
+  float p;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(t));
+  return p * fmaf(c, 0.693147180559945309f, 1.0f);
+}
+
 template <class T> __device__ __forceinline__ acc_t<T> exp_of(acc_t<T> x) {
   if constexpr (sizeof(T) == 2) return __expf(x);
-  else if constexpr (sizeof(T) == 4) return expf(x);
+  else if constexpr (sizeof(T) == 4) return exp_f32(x);
   else return exp(x);
 }
 template <class T> __device__ __forceinline__ acc_t<T> log_of(acc_t<T> x) {
@@ -104,7 +118,10 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
 }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 // This thread's place in the plan.
 struct Ctx {
@@ -115,6 +132,7 @@ struct Ctx {
   int slot;       // row slot of the CTA (warp index with a warp per row, else 0)
   int64_t c0, n;  // this CTA's columns of the row: [c0, c0 + n)
   int parity = 0; // alternates the cluster reduction slot
+  int iter = 0;   // rows this thread has staged (selects the staging buffer)
 
   __device__ explicit Ctx(const Plan& plan, int64_t N) : p(plan) {
     rank = (int)(blockIdx.x % (unsigned)p.cluster);
@@ -169,51 +187,84 @@ struct Ctx {
   }
 };
 
-// One row's chunk of NIN inputs: staged (resident) or read from global memory on every pass.
+// One row's chunk of NIN inputs: staged (resident) or read from global memory on every pass. With two staging
+// buffers, stage() also starts copying the row group's next row into the other buffer, so that HBM stays busy
+// while this row is reduced and written.
 template <class T, int NIN> struct Tile {
   static constexpr int VEC = 16 / sizeof(T);
   using A = acc_t<T>;
+  const myops_operand* in;  // the inputs (to address the next row)
+  Ctx* c;
   const T* g[NIN];  // element (r, c0) of each input
   int64_t cs[NIN];
   bool vec[NIN];    // 16-byte loads allowed (aligned, unit column stride)
-  T* s[NIN];        // staging buffers (resident)
-  int64_t n;
+  T* s[NIN];        // this row's staging buffers (resident)
+  unsigned char* smem;
+  int64_t n, r;
   int tid, nthr;
   bool resident;
 
   // vec_mask bit k: input k's base pointer and row stride allow 16-byte loads when its column stride is 1.
-  __device__ Tile(const Ctx& c, const myops_operand (&in)[NIN], int vec_mask, int64_t r, unsigned char* smem) {
-    n = c.n;
-    tid = c.tid;
-    nthr = c.nthr;
-    resident = c.p.resident;
+  __device__ Tile(Ctx& ctx, const myops_operand (&ins)[NIN], int vec_mask, int64_t row, unsigned char* sm)
+      : in(ins), c(&ctx), smem(sm), r(row) {
+    n = ctx.n;
+    tid = ctx.tid;
+    nthr = ctx.nthr;
+    resident = ctx.p.resident;
 #pragma unroll
     for (int k = 0; k < NIN; ++k) {
-      g[k] = static_cast<const T*>(in[k].ptr) + r * in[k].row_stride + c.c0 * in[k].col_stride;
+      g[k] = row_ptr(k, row);
       cs[k] = in[k].col_stride;
       vec[k] = (vec_mask >> k) & 1;
-      s[k] = reinterpret_cast<T*>(smem) + ((int64_t)c.slot * c.p.nstage + k) * c.p.buf;
+      s[k] = buffer(k, ctx.p.nbuf > 1 ? (ctx.iter & 1) : 0);
     }
+  }
+  __device__ const T* row_ptr(int k, int64_t row) const {
+    return static_cast<const T*>(in[k].ptr) + row * in[k].row_stride + c->c0 * in[k].col_stride;
+  }
+  __device__ T* buffer(int k, int b) const {
+    return reinterpret_cast<T*>(smem) + (((int64_t)b * c->p.rows_per_cta + c->slot) * c->p.nstage + k) * c->p.buf;
   }
   __device__ int64_t slots() const { return ceil_div(n, VEC); }
   __device__ int valid(int64_t j) const { return n - j * VEC >= VEC ? VEC : (int)(n - j * VEC); }
 
-  // Copies this thread's slots of the inputs < nstage to shared memory (no-op when streaming).
-  __device__ void stage(int nstage = NIN) {
-    if (!resident) return;
+  // Copies this thread's slots of row `row`'s inputs < nstage into buffer b (cp.async where aligned).
+  __device__ void copy(int64_t row, int b, int nstage) const {
     for (int64_t j = tid; j < slots(); j += nthr) {
       const int nv = valid(j);
 #pragma unroll
       for (int k = 0; k < NIN; ++k) {
         if (k >= nstage) break;
+        const T* src = row_ptr(k, row);
+        T* dst = buffer(k, b);
         if (vec[k] && nv == VEC) {
-          cp_async16(s[k] + j * VEC, g[k] + j * VEC);
+          cp_async16(dst + j * VEC, src + j * VEC);
         } else {
-          for (int e = 0; e < nv; ++e) s[k][j * VEC + e] = g[k][(j * VEC + e) * cs[k]];
+          for (int e = 0; e < nv; ++e) dst[j * VEC + e] = src[(j * VEC + e) * cs[k]];
         }
       }
     }
-    cp_async_wait_all();
+  }
+
+  // Makes this row's inputs < nstage available in shared memory (no-op when streaming); M bounds the prefetch.
+  __device__ void stage(int64_t M, int nstage = NIN) {
+    if (!resident) return;
+    if (c->p.nbuf == 1) {
+      copy(r, 0, nstage);
+      cp_async_commit();
+      cp_async_wait<0>();
+    } else {
+      const int b = c->iter & 1;
+      if (c->iter == 0) {
+        copy(r, b, nstage);
+        cp_async_commit();
+      }
+      const int64_t next = r + c->row_step();
+      if (next < M) copy(next, b ^ 1, nstage);
+      cp_async_commit();  // possibly empty: keeps "all groups but the newest" meaning "this row"
+      cp_async_wait<1>();
+    }
+    c->iter++;
   }
 
   // Slot j of input k in the accumulation type; lanes past the row's end get `fill`.
@@ -339,8 +390,10 @@ inline Plan make_plan(int64_t M, int64_t N, int elem, int nstage, int nacc, int 
   const int64_t stage_bytes = (int64_t)p.rows_per_cta * nstage * p.buf * elem;
   const int64_t acc_bytes = (int64_t)p.rows_per_cta * nacc * p.chunk * acc_elem;
   p.resident = want_resident && stage_bytes <= kMaxSmem;
-  p.acc_smem = nacc > 0 && (p.resident ? stage_bytes : 0) + acc_bytes <= kMaxSmem;
-  p.smem = (p.resident ? stage_bytes : 0) + (p.acc_smem ? acc_bytes : 0);
+  p.nbuf = p.resident && 2 * stage_bytes + acc_bytes <= kMaxSmem ? 2 : 1;
+  const int64_t staged = p.resident ? p.nbuf * stage_bytes : 0;
+  p.acc_smem = nacc > 0 && staged + acc_bytes <= kMaxSmem;
+  p.smem = staged + (p.acc_smem ? acc_bytes : 0);
   p.groups = 0;  // set by finish_plan
   return p;
 }
@@ -350,7 +403,7 @@ template <class K> int finish_plan(Plan& p, K kernel, int64_t M) {
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return (int)e;
-  if (p.smem > 48 * 1024) {  // opt in to more than 48 KB of dynamic shared memory
+  if (p.smem > 0) {  // opt in to what the plan needs: above 48 KB (static shared memory included) it must
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p.smem);
     if (e != cudaSuccess) return (int)e;
   }
@@ -383,6 +436,11 @@ int launch(const Plan& p, void (*kernel)(KArgs...), cudaStream_t stream, Args&&.
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (e != cudaSuccess) return (int)e;
   return launch_status();
+}
+
+// Bytes of shared memory before the accumulators (the staging buffers).
+__host__ __device__ inline int64_t staged_bytes(const Plan& p, int elem) {
+  return p.resident ? (int64_t)p.nbuf * p.rows_per_cta * p.nstage * p.buf * elem : 0;
 }
 
 inline int elem_size(int dtype) { return dtype == MYOPS_F64 ? 8 : dtype == MYOPS_F32 ? 4 : 2; }

@@ -32,7 +32,7 @@ __device__ __forceinline__ void online_update(acc_t<T>& m, acc_t<T>& s, const ac
 
 // vec_mask bits: 0 x / dy, 1 y (backward), 3 y / dx.
 template <class T, bool LOG>
-__global__ void __launch_bounds__(kMaxThreads) fwd_kernel(myops_out_operand y,  // [M, N]
+__global__ void __launch_bounds__(kMaxThreads, 2) fwd_kernel(myops_out_operand y,  // [M, N]
                                                           myops_operand x,      // [M, N]
                                                           int64_t M, int64_t N, int vec_mask, Plan p) {
   using A = acc_t<T>;
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_kernel(myops_out_operand y,  
   const myops_operand in[1] = {x};
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, 1> t(c, in, vec_mask, r, smem);
-    t.stage();
+    t.stage(M);
     A m = neg_inf<A>(), s = A(0);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
   const myops_operand in[2] = {dy, y};
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, 2> t(c, in, vec_mask, r, smem);
-    t.stage(LOG ? 1 : 2);  // log_softmax reads y once, in the output pass
+    t.stage(M, LOG ? 1 : 2);  // log_softmax reads y once, in the output pass
     A acc = A(0);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A g[VEC], v[VEC];

@@ -91,7 +91,11 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_
   if (s.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
     const c10::cuda::OptionalCUDAGuard guard(s.device());
-    if (dw) ws = at::empty({k_ws_cuda.get()(sv.M, sv.N, dtype, 1), sv.N}, s.options().dtype(myops::stat_dtype(s)));
+    if (dw) {
+      const int64_t rows = k_ws_cuda.get()(sv.M, sv.N, dtype, 1);
+      TORCH_CHECK(rows > 0, "myops.", op, ": no launch configuration fits this device for N = ", myops::str(sv.N));
+      ws = at::empty({rows, sv.N}, s.options().dtype(myops::stat_dtype(s)));
+    }
     const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, sv.op, ev.op,
                                     rs.data_ptr(), wp, sv.M, sv.N, dtype, myops::current_stream(s));
     myops::check_status(rc, op, "CUDA");

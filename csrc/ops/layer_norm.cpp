@@ -94,8 +94,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
   if (x.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
     const c10::cuda::OptionalCUDAGuard guard(x.device());
-    if (params_grad)
-      ws = at::empty({2, k_ws_cuda.get()(xv.M, xv.N, dtype), xv.N}, x.options().dtype(myops::stat_dtype(x)));
+    if (params_grad) {
+      const int64_t rows = k_ws_cuda.get()(xv.M, xv.N, dtype);
+      TORCH_CHECK(rows > 0, "myops.", op, ": no launch configuration fits this device for N = ", myops::str(xv.N));
+      ws = at::empty({2, rows, xv.N}, x.options().dtype(myops::stat_dtype(x)));
+    }
     const int rc = k_bwd_cuda.get()(myops::out_rows(dx), params_grad ? ws.data_ptr() : nullptr, gv.op, xv.op,
                                     mu.data_ptr(), rs.data_ptr(), wp, xv.M, xv.N, dtype, myops::current_stream(x));
     myops::check_status(rc, op, "CUDA");

@@ -76,7 +76,11 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
   if (x.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
     const c10::cuda::OptionalCUDAGuard guard(x.device());
-    if (dw) ws = at::empty({k_ws_cuda.get()(xv.M, xv.N, dtype, 1), xv.N}, x.options().dtype(myops::stat_dtype(x)));
+    if (dw) {
+      const int64_t rows = k_ws_cuda.get()(xv.M, xv.N, dtype, 1);
+      TORCH_CHECK(rows > 0, "myops.", op, ": no launch configuration fits this device for N = ", myops::str(xv.N));
+      ws = at::empty({rows, xv.N}, x.options().dtype(myops::stat_dtype(x)));
+    }
     const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, xv.op, rs.data_ptr(),
                                     wp, xv.M, xv.N, dtype, myops::current_stream(x));
     myops::check_status(rc, op, "CUDA");
