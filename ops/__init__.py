@@ -13,7 +13,7 @@ import torch_ops_jit as _jit
 
 # The one list an op is added to: each name has csrc/ops/<name>.cpp, csrc/cpu/<name>.c, csrc/cuda/<name>.cu,
 # ops/<name>.py (defining the function <name>), tests/test_<name>.py and a benchmarks/bench.py entry.
-OPS = ("add", "mul", "relu", "scale_bias_relu", "bias_gelu", "sum")
+OPS = ("add", "mul", "relu", "scale_bias_relu", "bias_gelu", "swiglu", "geglu", "sum")
 
 _jit.reload()  # first import: build if needed and load; importlib.reload(ops): pick up edited kernels
 
@@ -23,6 +23,8 @@ for _name in OPS:
 from .relu import relu_backward  # noqa: E402
 from .scale_bias_relu import scale_bias_relu_backward  # noqa: E402
 from .bias_gelu import bias_gelu_backward  # noqa: E402
+from .swiglu import swiglu_backward  # noqa: E402
+from .geglu import geglu_backward  # noqa: E402
 
 
 def reload() -> str:
@@ -35,4 +37,4 @@ def reload() -> str:
 BuildError = _jit.BuildError
 
 __all__ = list(OPS) + ["reload", "BuildError", "OPS", "relu_backward", "scale_bias_relu_backward",
-                       "bias_gelu_backward"]
+                       "bias_gelu_backward", "swiglu_backward", "geglu_backward"]
