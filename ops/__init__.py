@@ -25,6 +25,7 @@ from .scale_bias_relu import scale_bias_relu_backward  # noqa: E402
 from .bias_gelu import bias_gelu_backward  # noqa: E402
 from .swiglu import swiglu_backward  # noqa: E402
 from .geglu import geglu_backward  # noqa: E402
+from . import nn  # noqa: E402  (modules on the ops above: LayerNorm, RMSNorm, SwiGLU, GEGLU; not an op stem)
 
 
 def reload() -> str:
@@ -36,5 +37,5 @@ def reload() -> str:
 
 BuildError = _jit.BuildError
 
-__all__ = list(OPS) + ["reload", "BuildError", "OPS", "relu_backward", "scale_bias_relu_backward",
+__all__ = list(OPS) + ["reload", "BuildError", "OPS", "nn", "relu_backward", "scale_bias_relu_backward",
                        "bias_gelu_backward", "swiglu_backward", "geglu_backward"]
