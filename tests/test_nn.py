@@ -177,7 +177,8 @@ def test_gated_matches_llama_mlp(device, dtype, bias, cls, act):
 
 def test_loads_transformers_llama_mlp():
     modeling = pytest.importorskip("transformers.models.llama.modeling_llama")
-    config = modeling.LlamaConfig(hidden_size=16, intermediate_size=40, hidden_act="silu")
+    config = modeling.LlamaConfig(hidden_size=16, intermediate_size=40, hidden_act="silu", num_attention_heads=4,
+                                  num_key_value_heads=4)  # recent versions check hidden_size % heads == 0
     theirs = randomize(modeling.LlamaMLP(config))
     ours = ops.nn.SwiGLU(16, 40, bias=getattr(config, "mlp_bias", False))
     ours.load_state_dict(theirs.state_dict())
