@@ -163,6 +163,8 @@ CASES = [
     Case("scale_bias_relu", with_bias_scale, ops.scale_bias_relu, lambda x, b, s: torch.relu(x * s + b),
          backward=True),
     Case("bias_gelu", with_bias, ops.bias_gelu, lambda x, b: F.gelu(x + b, approximate="tanh"), backward=True),
+    Case("swiglu", binary, ops.swiglu, lambda g, u: F.silu(g) * u, backward=True),
+    Case("geglu", binary, ops.geglu, lambda g, u: F.gelu(g, approximate="tanh") * u, backward=True),
     Case("sum", unary, lambda x: ops.sum(x, -1), lambda x: x.sum(-1), variant="dim=-1"),
     Case("sum", unary, lambda x: ops.sum(x, 0), lambda x: x.sum(0), variant="dim=0"),
     *row_cases("layer_norm", with_weight_bias, ops.layer_norm, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)),

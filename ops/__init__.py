@@ -13,8 +13,8 @@ import torch_ops_jit as _jit
 
 # The one list an op is added to: each name has csrc/ops/<name>.cpp, csrc/cpu/<name>.c, csrc/cuda/<name>.cu,
 # ops/<name>.py (defining the function <name>), tests/test_<name>.py and a benchmarks/bench.py entry.
-OPS = ("add", "mul", "relu", "scale_bias_relu", "bias_gelu", "sum", "rms_norm", "add_rms_norm", "layer_norm",
-       "softmax", "log_softmax", "cross_entropy", "rope")
+OPS = ("add", "mul", "relu", "scale_bias_relu", "bias_gelu", "sum", "swiglu", "geglu", "rms_norm", "add_rms_norm",
+       "layer_norm", "softmax", "log_softmax", "cross_entropy", "rope")
 
 _jit.reload()  # first import: build if needed and load; importlib.reload(ops): pick up edited kernels
 
@@ -25,6 +25,9 @@ from .relu import relu_backward  # noqa: E402
 from .scale_bias_relu import scale_bias_relu_backward  # noqa: E402
 from .bias_gelu import bias_gelu_backward  # noqa: E402
 from .rope import rope_backward  # noqa: E402
+from .swiglu import swiglu_backward  # noqa: E402
+from .geglu import geglu_backward  # noqa: E402
+from . import nn  # noqa: E402  (modules on the ops above: LayerNorm, RMSNorm, SwiGLU, GEGLU; not an op stem)
 
 
 def reload() -> str:
@@ -36,5 +39,5 @@ def reload() -> str:
 
 BuildError = _jit.BuildError
 
-__all__ = list(OPS) + ["reload", "BuildError", "OPS", "relu_backward", "scale_bias_relu_backward",
-                       "bias_gelu_backward", "rope_backward"]
+__all__ = list(OPS) + ["reload", "BuildError", "OPS", "nn", "relu_backward", "scale_bias_relu_backward",
+                       "bias_gelu_backward", "swiglu_backward", "geglu_backward", "rope_backward"]

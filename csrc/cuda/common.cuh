@@ -62,6 +62,17 @@ inline int sm_count() {
 // 16-byte vector of VEC elements: one LDG.128 / STG.128 per thread and operand.
 template <class T, int VEC> struct alignas(sizeof(T) * VEC) Vec { T v[VEC]; };
 
+// Fast math for activations, overloaded on the accumulation type: fp32 takes the MUFU intrinsics, fp64 the IEEE
+// functions.
+//   exp_fast: __expf, relative error about (2 + 1.2 |x|) * 2^-24 (from rounding x * log2(e)); inf above exp(88);
+//             results below 2^-126 may flush to 0.
+//   div_fast: __fdividef, a reciprocal and a multiply (2 ulp) for |b| in [2^-126, 2^126]; it returns 0 for larger
+//             |b|, so callers keep b below that.
+__device__ __forceinline__ float exp_fast(float x) { return __expf(x); }
+__device__ __forceinline__ double exp_fast(double x) { return exp(x); }
+__device__ __forceinline__ float div_fast(float a, float b) { return __fdividef(a, b); }
+__device__ __forceinline__ double div_fast(double a, double b) { return a / b; }
+
 }  // namespace myops
 
 namespace myops {
