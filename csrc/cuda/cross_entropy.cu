@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __rest
     Tile<T, 1> t(c, in, vec_mask, r, nullptr);
     A m = neg_inf<A>(), s = A(0), sx = A(0);
 #pragma unroll 4  // independent 16-byte loads of four slots in flight per thread
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
       t.get(0, j, v);
       const int nv = t.valid(j);
@@ -95,10 +95,10 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_bwd_kernel(myops_out_operan
     const int64_t tl = tg - c.c0;  // the target's column within this CTA's chunk
     const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
 #pragma unroll 4
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
       t.get(0, j, v);
-      const int64_t d = tl - (int64_t)j * VEC;  // the target's lane in this slot, if it is in it
+      const int64_t d = tl - j * VEC;  // the target's lane in this slot, if it is in it
       const int eh = d >= 0 && d < VEC ? (int)d : -1;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {

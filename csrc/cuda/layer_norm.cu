@@ -29,14 +29,13 @@ __global__ void __launch_bounds__(kMaxThreads) ln_fwd_kernel(myops_out_operand y
   __shared__ Pair<A> red[32], cred[2];
   Ctx c(p, N);
   const myops_operand in[1] = {x};
-  bool wvec = (vec_mask >> 5) & 1, bvec = (vec_mask >> 6) & 1;
-  const T* wc = cache_param(w ? w + c.c0 : nullptr, wvec, c, smem, 0);
-  const T* bc = cache_param(b ? b + c.c0 : nullptr, bvec, c, smem, 1);
+  const T* wc = w ? w + c.c0 : nullptr;
+  const T* bc = b ? b + c.c0 : nullptr;
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, 1> t(c, in, vec_mask, r, smem);
     t.stage(M);
     A sum = A(0);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
       t.get(0, j, v);
 #pragma unroll
@@ -44,7 +43,7 @@ __global__ void __launch_bounds__(kMaxThreads) ln_fwd_kernel(myops_out_operand y
     }
     const A mu = c.reduce(Pair<A>{sum, A(0)}, AddOp{}, red, cred).a / A(N);
     A sq = A(0);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
       t.get(0, j, v, mu);  // lanes past the end read mu: they add 0
 #pragma unroll
@@ -56,12 +55,12 @@ __global__ void __launch_bounds__(kMaxThreads) ln_fwd_kernel(myops_out_operand y
       rstd[r] = rs;
     }
     const OutRow<T> o(y, (vec_mask >> 3) & 1, c, r);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       const int nv = t.valid(j);
       A v[VEC], wv[VEC], bv[VEC];
       t.get(0, j, v);
-      if (wc) get_param(wc, wvec, j, nv, wv);
-      if (bc) get_param(bc, bvec, j, nv, bv);
+      if (wc) get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
+      if (bc) get_param(bc, (vec_mask >> 6) & 1, j, nv, bv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         v[e] = (v[e] - mu) * rs;
@@ -89,8 +88,7 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
   __shared__ Pair<A> red[32], cred[2];
   Ctx c(p, N);
   const myops_operand in[2] = {dy, x};
-  bool wvec = (vec_mask >> 5) & 1;
-  const T* wc = cache_param(w ? w + c.c0 : nullptr, wvec, c, smem, 0);
+  const T* wc = w ? w + c.c0 : nullptr;
   const bool dwb = ws != nullptr;
   const ColAcc<T> acc(c, ws, smem + staged_bytes(p, sizeof(T)), N);
   if (dwb) acc.zero(c, 2);
@@ -99,12 +97,12 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
     t.stage(M);
     const A mu = mean[r], rs = rstd[r];
     A sg = A(0), sgx = A(0);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       const int nv = t.valid(j);
       A g[VEC], v[VEC], wv[VEC];
       t.get(0, j, g);
       t.get(1, j, v, mu);
-      if (wc) get_param(wc, wvec, j, nv, wv);
+      if (wc) get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A xh = (v[e] - mu) * rs;
@@ -120,12 +118,12 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
     const Pair<A> s = c.reduce(Pair<A>{sg, sgx}, AddOp{}, red, cred);
     const A mg = s.a / A(N), mgx = s.b / A(N);
     const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       const int nv = t.valid(j);
       A g[VEC], v[VEC], wv[VEC];
       t.get(0, j, g);
       t.get(1, j, v);
-      if (wc) get_param(wc, wvec, j, nv, wv);
+      if (wc) get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gw = wc ? mul_rn(g[e], wv[e]) : g[e];
@@ -138,9 +136,9 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
   c.finish();
 }
 
-Plan fwd_plan(int64_t M, int64_t N, int dtype) { return make_plan(M, N, elem_size(dtype), 1, 0, 0, true, 2); }
+Plan fwd_plan(int64_t M, int64_t N, int dtype) { return make_plan(M, N, elem_size(dtype), 1, 0, 0, true); }
 Plan bwd_plan(int64_t M, int64_t N, int dtype, bool ws) {
-  return make_plan(M, N, elem_size(dtype), 2, ws ? 2 : 0, dtype == MYOPS_F64 ? 8 : 4, true, 1);
+  return make_plan(M, N, elem_size(dtype), 2, ws ? 2 : 0, dtype == MYOPS_F64 ? 8 : 4, true);
 }
 }  // namespace
 

@@ -30,12 +30,11 @@ __global__ void __launch_bounds__(kMaxThreads, 2) fwd_kernel(myops_out_operand y
   myops_operand in[NIN];
   in[0] = x;
   if constexpr (ADD) in[NIN - 1] = res;
-  bool wvec = (vec_mask >> 5) & 1;
-  const T* wc = cache_param(w ? w + c.c0 : nullptr, wvec, c, smem, 0);
+  const T* wc = w ? w + c.c0 : nullptr;
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, NIN> t(c, in, vec_mask, r, smem);
     t.stage(M);
-    auto load = [&](int j, A (&v)[VEC]) {
+    auto load = [&](int64_t j, A (&v)[VEC]) {
       t.get(0, j, v);
       if constexpr (ADD) {
         A u[VEC];
@@ -45,7 +44,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) fwd_kernel(myops_out_operand y
       }
     };
     A ss = A(0);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
       load(j, v);
 #pragma unroll
@@ -55,12 +54,12 @@ __global__ void __launch_bounds__(kMaxThreads, 2) fwd_kernel(myops_out_operand y
     const A rs = inv_sqrt(total / A(N) + eps);
     if (rstd != nullptr && c.rank == 0 && c.tid == 0) rstd[r] = rs;
     const OutRow<T> yo(y, (vec_mask >> 3) & 1, c, r);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       const int nv = t.valid(j);
       A v[VEC], wv[VEC];
       load(j, v);
       if constexpr (ADD) OutRow<T>(s_out, (vec_mask >> 4) & 1, c, r).put(j, nv, v);
-      if (wc) get_param(wc, wvec, j, nv, wv);
+      if (wc) get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) v[e] = wc ? v[e] * rs * wv[e] : v[e] * rs;
       yo.put(j, nv, v);
@@ -87,8 +86,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
   in[0] = dy;
   in[1] = s;
   if constexpr (ADD) in[2] = ds_out;
-  bool wvec = (vec_mask >> 5) & 1;
-  const T* wc = cache_param(w ? w + c.c0 : nullptr, wvec, c, smem, 0);
+  const T* wc = w ? w + c.c0 : nullptr;
   const bool dw = ws != nullptr;  // accumulate the weight gradient
   const ColAcc<T> acc(c, ws, smem + staged_bytes(p, sizeof(T)), N);
   if (dw) acc.zero(c, 1);
@@ -97,13 +95,13 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
     t.stage(M, 2);  // ds_out is read once, in the output pass
     const A rs = rstd[r];
     A dot = A(0);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       const int nv = t.valid(j);
       A g[VEC], v[VEC], wv[VEC];
       t.get(0, j, g);
       t.get(1, j, v);
       if (wc) {
-        get_param(wc, wvec, j, nv, wv);
+        get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           if (dw && e < nv) acc[0][j * VEC + e] += g[e] * v[e] * rs;
@@ -115,13 +113,13 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
     }
     const A k = c.reduce(Pair<A>{dot, A(0)}, AddOp{}, red, cred).a / A(N) * rs * rs;
     const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       const int nv = t.valid(j);
       A g[VEC], v[VEC], wv[VEC], d[VEC];
       t.get(0, j, g);
       t.get(1, j, v);
       if (wc) {
-        get_param(wc, wvec, j, nv, wv);
+        get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) g[e] = mul_rn(g[e], wv[e]);
       }
@@ -141,10 +139,10 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
 }
 
 inline Plan fwd_plan(int64_t M, int64_t N, int dtype, bool add) {
-  return make_plan(M, N, elem_size(dtype), add ? 2 : 1, 0, 0, true, 1);
+  return make_plan(M, N, elem_size(dtype), add ? 2 : 1, 0, 0, true);
 }
 inline Plan bwd_plan(int64_t M, int64_t N, int dtype, bool weight) {
-  return make_plan(M, N, elem_size(dtype), 2, weight ? 1 : 0, dtype == MYOPS_F64 ? 8 : 4, true, 1);
+  return make_plan(M, N, elem_size(dtype), 2, weight ? 1 : 0, dtype == MYOPS_F64 ? 8 : 4, true);
 }
 
 template <bool ADD>

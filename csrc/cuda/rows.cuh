@@ -44,7 +44,6 @@ struct Plan {
   int nacc;          // per-column accumulators (weight gradients), 0 if none
   int acc_smem;      // 1: accumulators in shared memory, 0: in the global workspace
   int nbuf;          // staging buffers per row slot: 2 = the next row's copy is in flight during this row's work
-  int64_t param_off; // byte offset of the cached per-column parameters (weight, bias) in shared memory, -1: none
   int64_t groups;    // row groups in the grid (grid.x = groups * cluster)
   int64_t smem;      // dynamic shared memory per CTA, bytes
 };
@@ -91,7 +90,7 @@ __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(
 template <class A> __device__ __forceinline__ A inv_sqrt(A v) { return A(1) / sqrt(v); }
 
 // Loads 16-byte slot j of a contiguous per-column vector (weight, bias) starting at column c0 (a multiple of 16).
-template <class T> __device__ __forceinline__ void get_param(const T* w, bool vec, int j, int nv,
+template <class T> __device__ __forceinline__ void get_param(const T* w, bool vec, int64_t j, int nv,
                                                              acc_t<T> (&v)[16 / sizeof(T)]) {
   constexpr int VEC = 16 / sizeof(T);
   if (vec && nv == VEC) {
@@ -132,8 +131,7 @@ struct Ctx {
   int rank;       // CTA rank in the cluster (chunk index)
   int tid, nthr;  // index and count of the threads sharing a row
   int slot;       // row slot of the CTA (warp index with a warp per row, else 0)
-  int64_t c0;     // this CTA's first column
-  int n;          // its columns: [c0, c0 + n) (a chunk is < 2^31 elements: slot indices stay 32-bit)
+  int64_t c0, n;  // this CTA's columns of the row: [c0, c0 + n)
   int parity = 0; // alternates the cluster reduction slot
   int iter = 0;   // rows this thread has staged (selects the staging buffer)
 
@@ -152,7 +150,7 @@ struct Ctx {
       group = cta_group;
     }
     c0 = (int64_t)rank * p.chunk;
-    n = (int)(c0 >= N ? 0 : (N - c0 < p.chunk ? N - c0 : p.chunk));
+    n = c0 >= N ? 0 : (N - c0 < p.chunk ? N - c0 : p.chunk);
   }
   __device__ int64_t first_row() const { return group; }
   __device__ int64_t row_step() const { return p.groups * p.rows_per_cta; }
@@ -190,28 +188,6 @@ struct Ctx {
   }
 };
 
-// Copies this thread's slots of parameter `which` (a contiguous per-column vector, weight or bias; w points at
-// column c0) into shared memory once per CTA: every row then reads it there. Re-reading it from global memory per
-// row costs as much L2 traffic as the row itself, and L2, not HBM, became the limit. Returns where to read it
-// (w itself when the plan has no room, or nullptr), and sets vec for get_param.
-template <class T> __device__ const T* cache_param(const T* w, bool& vec, const Ctx& c, unsigned char* smem,
-                                                   int which) {
-  constexpr int VEC = 16 / sizeof(T);
-  if (w == nullptr || c.p.param_off < 0) return w;
-  T* dst = reinterpret_cast<T*>(smem + c.p.param_off) + (int64_t)which * c.p.buf;
-  const int ns = (c.n + VEC - 1) / VEC;
-  for (int j = c.tid; j < ns; j += c.nthr) {  // the slots this thread reads in every row: no barrier needed
-    const int nv = c.n - j * VEC >= VEC ? VEC : c.n - j * VEC;
-    if (vec && nv == VEC) {
-      *reinterpret_cast<Vec<T, VEC>*>(dst + j * VEC) = *reinterpret_cast<const Vec<T, VEC>*>(w + j * VEC);
-    } else {
-      for (int e = 0; e < nv; ++e) dst[j * VEC + e] = w[j * VEC + e];
-    }
-  }
-  vec = true;
-  return dst;
-}
-
 // One row's chunk of NIN inputs: staged (resident) or read from global memory on every pass. With two staging
 // buffers, stage() also starts copying the row group's next row into the other buffer, so that HBM stays busy
 // while this row is reduced and written.
@@ -225,8 +201,7 @@ template <class T, int NIN> struct Tile {
   bool vec[NIN];    // 16-byte loads allowed (aligned, unit column stride)
   T* s[NIN];        // this row's staging buffers (resident)
   unsigned char* smem;
-  int64_t r;
-  int n;
+  int64_t n, r;
   int tid, nthr;
   bool resident;
 
@@ -251,13 +226,12 @@ template <class T, int NIN> struct Tile {
   __device__ T* buffer(int k, int b) const {
     return reinterpret_cast<T*>(smem) + (((int64_t)b * c->p.rows_per_cta + c->slot) * c->p.nstage + k) * c->p.buf;
   }
-  __device__ int slots() const { return (n + VEC - 1) / VEC; }
-  __device__ int valid(int j) const { return n - j * VEC >= VEC ? VEC : n - j * VEC; }
+  __device__ int64_t slots() const { return ceil_div(n, VEC); }
+  __device__ int valid(int64_t j) const { return n - j * VEC >= VEC ? VEC : (int)(n - j * VEC); }
 
   // Copies this thread's slots of row `row`'s inputs < nstage into buffer b (cp.async where aligned).
   __device__ void copy(int64_t row, int b, int nstage) const {
-    const int ns = slots();
-    for (int j = tid; j < ns; j += nthr) {
+    for (int64_t j = tid; j < slots(); j += nthr) {
       const int nv = valid(j);
 #pragma unroll
       for (int k = 0; k < NIN; ++k) {
@@ -295,7 +269,7 @@ template <class T, int NIN> struct Tile {
   }
 
   // Slot j of input k in the accumulation type; lanes past the row's end get `fill`.
-  __device__ __forceinline__ void get(int k, int j, A (&v)[VEC], A fill = A(0), bool staged = true) const {
+  __device__ __forceinline__ void get(int k, int64_t j, A (&v)[VEC], A fill = A(0), bool staged = true) const {
     const int nv = valid(j);
     if (resident && staged) {
       if (nv == VEC) {
@@ -325,7 +299,7 @@ template <class T> struct OutRow {
   bool vec;
   __device__ OutRow(const myops_out_operand& o, bool vec_ok, const Ctx& c, int64_t r)
       : g(static_cast<T*>(o.ptr) + r * o.row_stride + c.c0 * o.col_stride), cs(o.col_stride), vec(vec_ok) {}
-  __device__ __forceinline__ void put(int j, int nv, const acc_t<T> (&v)[VEC]) const {
+  __device__ __forceinline__ void put(int64_t j, int nv, const acc_t<T> (&v)[VEC]) const {
     if (vec && nv == VEC) {
       Vec<T, VEC> t;
 #pragma unroll
@@ -364,14 +338,14 @@ template <class T> struct ColAcc {
   // zero this thread's columns (call before the row loop)
   __device__ void zero(const Ctx& c, int nacc) const {
     constexpr int VEC = 16 / sizeof(T);
-    for (int j = c.tid; j < (c.n + VEC - 1) / VEC; j += c.nthr)
+    for (int64_t j = c.tid; j < ceil_div(c.n, VEC); j += c.nthr)
       for (int k = 0; k < nacc; ++k)
         for (int e = 0; e < VEC && j * VEC + e < c.n; ++e) (*this)[k][j * VEC + e] = A(0);
   }
   __device__ void flush(const Ctx& c, int nacc) const {
     constexpr int VEC = 16 / sizeof(T);
     if (!c.p.acc_smem) return;
-    for (int j = c.tid; j < (c.n + VEC - 1) / VEC; j += c.nthr)
+    for (int64_t j = c.tid; j < ceil_div(c.n, VEC); j += c.nthr)
       for (int k = 0; k < nacc; ++k)
         for (int e = 0; e < VEC && j * VEC + e < c.n; ++e) ws[k * ws_stride + j * VEC + e] = (*this)[k][j * VEC + e];
   }
@@ -386,8 +360,7 @@ inline bool vec_ok(const void* p, int64_t row_stride, int64_t col_stride, int64_
 
 // The work split for M rows of N elements of `elem` bytes with nstage staged inputs and nacc per-column
 // accumulators (of acc_elem bytes). resident = false asks for a streaming plan (single-pass ops).
-inline Plan make_plan(int64_t M, int64_t N, int elem, int nstage, int nacc, int acc_elem, bool want_resident,
-                      int nparam = 0) {
+inline Plan make_plan(int64_t M, int64_t N, int elem, int nstage, int nacc, int acc_elem, bool want_resident) {
   Plan p{};
   p.nstage = nstage;
   p.nacc = nacc;
@@ -408,7 +381,7 @@ inline Plan make_plan(int64_t M, int64_t N, int elem, int nstage, int nacc, int 
       while (p.cluster < kMaxCluster && M * p.cluster < target && N / (2 * p.cluster) >= 8192) p.cluster *= 2;
     }
   }
-  p.chunk = ceil_div(ceil_div(N, p.cluster), 16) * 16;  // launchers refuse chunks of 2^31 elements or more
+  p.chunk = ceil_div(ceil_div(N, p.cluster), 16) * 16;
   p.buf = ceil_div(p.chunk * elem, 16) * 16 / elem;
   if (p.rows_per_cta == 1) {
     const int64_t slots = ceil_div(p.chunk, vec);
@@ -422,18 +395,12 @@ inline Plan make_plan(int64_t M, int64_t N, int elem, int nstage, int nacc, int 
   const int64_t staged = p.resident ? p.nbuf * stage_bytes : 0;
   p.acc_smem = nacc > 0 && staged + acc_bytes <= kMaxSmem;
   p.smem = staged + (p.acc_smem ? acc_bytes : 0);
-  p.param_off = -1;
-  if (nparam > 0 && p.resident && p.smem + nparam * p.buf * elem <= kMaxSmem) {
-    p.param_off = p.smem;
-    p.smem += nparam * p.buf * elem;
-  }
   p.groups = 0;  // set by finish_plan
   return p;
 }
 
 // Sizes the persistent grid for `kernel`: as many row groups as fit on the chip at once (never more than needed).
 template <class K> int finish_plan(Plan& p, K kernel, int64_t M) {
-  if (p.chunk >= (int64_t{1} << 31) - 16) return MYOPS_EARG;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return (int)e;

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) fwd_kernel(myops_out_operand y
     Tile<T, 1> t(c, in, vec_mask, r, smem);
     t.stage(M);
     A m = neg_inf<A>(), s = A(0);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
       t.get(0, j, v);
       online_update<T, VEC>(m, s, v, t.valid(j));
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) fwd_kernel(myops_out_operand y
     const A logs = log_of<T>(ms.b);
     const A inv = A(1) / ms.b;
     const OutRow<T> o(y, (vec_mask >> 3) & 1, c, r);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
       t.get(0, j, v);
 #pragma unroll
@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
     Tile<T, 2> t(c, in, vec_mask, r, smem);
     t.stage(M, LOG ? 1 : 2);  // log_softmax reads y once, in the output pass
     A acc = A(0);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A g[VEC], v[VEC];
       t.get(0, j, g);
       if constexpr (!LOG) t.get(1, j, v);
@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
     }
     const A k = c.reduce(Pair<A>{acc, A(0)}, AddOp{}, red, cred).a;
     const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
-    for (int j = t.tid; j < t.slots(); j += t.nthr) {
+    for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A g[VEC], v[VEC];
       t.get(0, j, g);
       t.get(1, j, v, A(0), !LOG);
