@@ -1,4 +1,4 @@
-"""What softmax and log_softmax share on the Python side."""
+"""What softmax and log_softmax share on the Python side: everything but their names."""
 
 import torch
 
@@ -16,3 +16,31 @@ def moved_empty(x: torch.Tensor, dim: int) -> torch.Tensor:
     if x.dim() == 0:
         return x.new_empty(())
     return x.movedim(dim, -1).new_empty(x.movedim(dim, -1).shape).movedim(-1, dim)
+
+
+def define(name: str, expr: str):
+    """Registers the fake implementations and autograd of myops::<name> (softmax or log_softmax) and returns the
+    Python function."""
+    op = getattr(torch.ops.myops, name).default
+    backward = getattr(torch.ops.myops, f"{name}_backward").default
+
+    def fn(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+        return op(x, dim)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{expr} in one read and one write of x; differentiable."
+
+    torch.library.register_fake(f"myops::{name}")(lambda x, dim=-1: moved_empty(x, check_dim(name, x, dim)))
+    torch.library.register_fake(f"myops::{name}_backward")(
+        lambda grad, y, dim: moved_empty(y, check_dim(f"{name}_backward", y, dim)))
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(output)
+        ctx.dim = inputs[1] if len(inputs) > 1 else -1
+
+    def grad_fn(ctx, grad):
+        (y,) = ctx.saved_tensors
+        return backward(grad, y, ctx.dim), None
+
+    torch.library.register_autograd(f"myops::{name}", grad_fn, setup_context=setup)
+    return fn

@@ -3,43 +3,6 @@
 For a fused gate/up projection h of shape [..., 2H], ``swiglu(h[..., :H], h[..., H:])`` runs on the two halves in
 place (strided views, no copy)."""
 
-import torch
+from ._glu import define
 
-OP = torch.ops.myops.swiglu.default
-BACKWARD = torch.ops.myops.swiglu_backward.default
-
-
-def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    """silu(gate) * up in one pass; differentiable in gate and up."""
-    return OP(gate, up)
-
-
-def swiglu_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor):
-    """(grad_gate, grad_up): grad_gate = grad * up * silu'(gate), grad_up = grad * silu(gate)."""
-    return BACKWARD(grad, gate, up)
-
-
-@torch.library.register_fake("myops::swiglu")
-def _(gate, up):
-    torch._check(up.shape == gate.shape,
-                 lambda: f"myops.swiglu: up must have the same shape as gate {list(gate.shape)}, got {list(up.shape)}")
-    torch._check(up.dtype == gate.dtype, lambda: f"myops.swiglu: up must have the same dtype as gate ({gate.dtype})")
-    return gate.new_empty(gate.shape)
-
-
-@torch.library.register_fake("myops::swiglu_backward")
-def _(grad, gate, up):
-    return gate.new_empty(gate.shape), gate.new_empty(gate.shape)
-
-
-def _setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
-
-
-def _backward(ctx, grad):
-    gate, up = ctx.saved_tensors
-    dgate, dup = BACKWARD(grad, gate, up)
-    return (dgate if ctx.needs_input_grad[0] else None), (dup if ctx.needs_input_grad[1] else None)
-
-
-torch.library.register_autograd("myops::swiglu", _backward, setup_context=_setup)
+swiglu, swiglu_backward = define("swiglu", "silu")

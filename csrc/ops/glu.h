@@ -1,0 +1,43 @@
+// glu.h: what the registrations of swiglu and geglu share (they differ only in their kernels).
+//   <op>(gate, up) -> act(gate) * up;  <op>_backward(grad, gate, up) -> (grad_gate, grad_up)
+// gate and up: same shape, dtype and device, any strides (the halves h[..., :H], h[..., H:] of one [..., 2H]
+// tensor run in place, without a copy).
+#pragma once
+#include "common.h"
+
+namespace myops {
+
+struct GluKernels {
+  explicit GluKernels(const std::string& op) : name(op), fwd(op), bwd(op + "_backward") {}
+  std::string name;
+  EwKernel fwd, bwd;
+};
+
+inline void check_gate_up(const at::Tensor& gate, const at::Tensor& up, const char* op) {
+  dtype_code(gate, op, "gate");
+  check_same_device(gate, up, op, "gate", "up");
+  check_same_dtype(gate, up, op, "gate", "up");
+  check_same_shape(gate, up, op, "gate", "up");
+}
+
+inline at::Tensor glu_forward(GluKernels& k, const at::Tensor& gate, const at::Tensor& up) {
+  check_gate_up(gate, up, k.name.c_str());
+  at::Tensor out = at::empty(gate.sizes(), gate.options());
+  run_elementwise(k.fwd, {out}, {gate, up});
+  return out;
+}
+
+inline std::tuple<at::Tensor, at::Tensor> glu_backward(GluKernels& k, const at::Tensor& grad, const at::Tensor& gate,
+                                                       const at::Tensor& up) {
+  const std::string op = k.name + "_backward";
+  check_gate_up(gate, up, op.c_str());
+  check_same_device(gate, grad, op.c_str(), "gate", "grad");
+  check_same_dtype(gate, grad, op.c_str(), "gate", "grad");
+  check_same_shape(gate, grad, op.c_str(), "gate", "grad");
+  at::Tensor dgate = at::empty(gate.sizes(), gate.options());
+  at::Tensor dup = at::empty(gate.sizes(), gate.options());
+  run_elementwise(k.bwd, {dgate, dup}, {grad, gate, up});
+  return {dgate, dup};
+}
+
+}  // namespace myops

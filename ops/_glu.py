@@ -1,0 +1,45 @@
+"""What swiglu and geglu share on the Python side: everything but their names and activations."""
+
+from collections.abc import Callable
+
+import torch
+
+
+def define(name: str, act: str) -> tuple[Callable, Callable]:
+    """Registers the fake implementations and autograd of myops::<name>(gate, up) = act(gate) * up and returns the
+    Python functions (<name>, <name>_backward)."""
+    op = getattr(torch.ops.myops, name).default
+    backward = getattr(torch.ops.myops, f"{name}_backward").default
+
+    def fn(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        return op(gate, up)
+
+    def fn_backward(grad: torch.Tensor, gate: torch.Tensor, up: torch.Tensor):
+        return backward(grad, gate, up)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"{act}(gate) * up in one pass; differentiable in gate and up."
+    fn_backward.__name__ = fn_backward.__qualname__ = f"{name}_backward"
+    fn_backward.__doc__ = f"(grad_gate, grad_up) = (grad * up * {act}'(gate), grad * {act}(gate))."
+
+    def fake(gate, up):
+        torch._check(up.shape == gate.shape, lambda: f"myops.{name}: up must have the same shape as gate "
+                                                     f"{list(gate.shape)}, got {list(up.shape)}")
+        torch._check(up.dtype == gate.dtype,
+                     lambda: f"myops.{name}: up must have the same dtype as gate ({gate.dtype})")
+        return gate.new_empty(gate.shape)
+
+    torch.library.register_fake(f"myops::{name}")(fake)
+    torch.library.register_fake(f"myops::{name}_backward")(
+        lambda grad, gate, up: (gate.new_empty(gate.shape), gate.new_empty(gate.shape)))
+
+    def setup(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def grad_fn(ctx, grad):
+        gate, up = ctx.saved_tensors
+        dgate, dup = backward(grad, gate, up)
+        return (dgate if ctx.needs_input_grad[0] else None), (dup if ctx.needs_input_grad[1] else None)
+
+    torch.library.register_autograd(f"myops::{name}", grad_fn, setup_context=setup)
+    return fn, fn_backward

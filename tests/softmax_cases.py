@@ -1,0 +1,85 @@
+"""The tests of softmax and log_softmax: each op's test file defines the `sm` fixture (a Softmax) and imports
+these."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_gradcheck, check_opcheck,
+                    make_tensor, raises, shapes)
+from rowops import ROW_SHAPES, run_case
+
+
+@dataclass(frozen=True)
+class Softmax:
+    fn: Callable        # ops.<name>
+    torch_fn: Callable  # torch.<name>
+    op: object          # torch.ops.myops.<name>.default
+    backward_op: object
+
+
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@given(data=st.data(), shape=shapes(min_dims=0), dtype=st.sampled_from(DTYPES), layout=st.sampled_from(LAYOUTS),
+       seed=st.integers(0, 2**31))
+def test_matches_reference(sm, device, data, shape, dtype, layout, seed):
+    dim = data.draw(st.integers(-max(len(shape), 1), max(len(shape), 1) - 1))
+    x = make_tensor(shape, dtype, device, layout, seed) * 4
+    run_case(lambda t: sm.fn(t, dim), lambda t: sm.torch_fn(t, dim), None, [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", ROW_SHAPES)
+def test_row_lengths(sm, device, dtype, shape):
+    x = make_tensor(shape, dtype, device, "row_strided", seed=shape[-1]) * 8
+    run_case(sm.fn, lambda t: sm.torch_fn(t, -1), None, [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_special_values(sm, device, dtype):
+    """-inf entries (masked attention), an all -inf row (NaN, as eager), NaN propagation, huge magnitudes."""
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([[0.0, -inf, 1.0, -inf], [-inf] * 4, [1.0, nan, 2.0, 3.0], [1e4, -1e4, 0.0, 1e4]],
+                     dtype=torch.float64)
+    out = sm.fn(x.to(dtype=dtype, device=device))
+    check_close(out, sm.torch_fn(x.to(dtype).double(), -1), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradcheck(sm, device):
+    x = make_tensor((4, 9), torch.float64, device, "col_strided").requires_grad_()
+    check_gradcheck(lambda a: sm.fn(a, -1), [x])
+    check_gradcheck(lambda a: sm.fn(a, 0), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_opcheck(sm, device, dtype):
+    for shape, dim in [((5, 33), -1), ((4, 6, 5), 1), ((0, 4), 0), ((), 0), ((7,), 0)]:
+        x = make_tensor(shape, dtype, device).requires_grad_()
+        check_opcheck(sm.op, (x, dim))
+        y = sm.op(x.detach(), dim)
+        check_opcheck(sm.backward_op, (torch.randn_like(y), y, dim))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compile(sm, device):
+    check_compile(lambda x: sm.fn(x, -1), [make_tensor((9, 33), torch.float32, device)])
+    check_compile(lambda x: sm.fn(x, 0), [make_tensor((9, 33), torch.float32, device)])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_inputs(sm, device):
+    x = make_tensor((4, 5), torch.float32, device)
+    raises(sm.fn, x.int(), match="x must be a floating-point tensor")
+    raises(sm.fn, x, 2, match="dim 2 is out of range")
+    raises(sm.fn, x, -3, match="dim -3 is out of range")
