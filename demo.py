@@ -28,6 +28,16 @@ OPS: dict[str, tuple[Callable, Callable]] = {
     "bias_gelu": (lambda x, y, b: ops.bias_gelu(x, b), lambda x, y, b: F.gelu(x + b, approximate="tanh")),
     "sum(dim=-1)": (lambda x, y, b: ops.sum(x, -1), lambda x, y, b: x.sum(-1)),
     "sum(dim=0)": (lambda x, y, b: ops.sum(x, 0), lambda x, y, b: x.sum(0)),
+    "swiglu": (lambda x, y, b: ops.swiglu(x, y), lambda x, y, b: F.silu(x) * y),
+    "geglu": (lambda x, y, b: ops.geglu(x, y), lambda x, y, b: F.gelu(x, approximate="tanh") * y),
+    "layer_norm": (lambda x, y, b: ops.layer_norm(x, b, b), lambda x, y, b: F.layer_norm(x, x.shape[-1:], b, b)),
+    "rms_norm": (lambda x, y, b: ops.rms_norm(x, b), lambda x, y, b: F.rms_norm(x, x.shape[-1:], b, 1e-6)),
+    "add_rms_norm": (lambda x, y, b: ops.add_rms_norm(x, y, b)[0],
+                     lambda x, y, b: F.rms_norm(x + y, x.shape[-1:], b, 1e-6)),
+    "softmax": (lambda x, y, b: ops.softmax(x), lambda x, y, b: torch.softmax(x, -1)),
+    "log_softmax": (lambda x, y, b: ops.log_softmax(x), lambda x, y, b: torch.log_softmax(x, -1)),
+    "cross_entropy": (lambda x, y, b: ops.cross_entropy(x, y.argmax(-1), reduction="none"),
+                      lambda x, y, b: F.cross_entropy(x, y.argmax(-1), reduction="none")),
 }
 
 

@@ -6,27 +6,31 @@
 #include "rows.h"
 
 static int softmax_rows_forward(const myops_out_operand* y, const myops_operand* x, int64_t M, int64_t N,
-                                     int dtype, int is_log) {
+                                int dtype, int is_log) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  double* v = (double*)malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
+  if (v == NULL) return MYOPS_EARG;
   for (int64_t r = 0; r < M; ++r) {
-    const char* xr = myops_row(x, r, es);
+    myops_load_row(dtype, myops_row(x, r, es), x->col_stride, N, v);
     double m = -INFINITY, s = 0.0;
     int nan = 0;
     for (int64_t i = 0; i < N; ++i) {
-      const double v = myops_ld(dtype, xr, i * x->col_stride);
-      if (v != v) nan = 1;
-      else if (v > m) m = v;
+      if (v[i] != v[i]) nan = 1;
+      else if (v[i] > m) m = v[i];
     }
-    for (int64_t i = 0; i < N; ++i) s += exp(myops_ld(dtype, xr, i * x->col_stride) - m);
-    if (nan) s = NAN;
-    const double logs = log(s);
-    char* yr = myops_out_row(y, r, es);
-    for (int64_t i = 0; i < N; ++i) {
-      const double v = myops_ld(dtype, xr, i * x->col_stride);
-      myops_st(dtype, yr, i * y->col_stride, is_log ? (v - m) - logs : exp(v - m) / s);
+    if (is_log) {
+      for (int64_t i = 0; i < N; ++i) s += exp(v[i] - m);
+      const double logs = nan ? NAN : log(s);
+      for (int64_t i = 0; i < N; ++i) v[i] = (v[i] - m) - logs;
+    } else {
+      for (int64_t i = 0; i < N; ++i) s += (v[i] = exp(v[i] - m));  /* one exp per element */
+      if (nan) s = NAN;
+      for (int64_t i = 0; i < N; ++i) v[i] /= s;
     }
+    myops_store_row(dtype, myops_out_row(y, r, es), y->col_stride, N, v);
   }
+  free(v);
   return MYOPS_OK;
 }
 
