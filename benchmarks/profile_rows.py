@@ -1,4 +1,8 @@
-"""A few row-op launches for ncu (python benchmarks/profile_rows.py under ncu)."""
+"""A few row-op launches to profile with Nsight Compute, e.g. on the GPU machine:
+
+    PYTHONPATH=. ncu --launch-skip 2 --launch-count 2 --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats python benchmarks/profile_rows.py
+"""
 import torch
 
 import ops
