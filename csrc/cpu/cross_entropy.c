@@ -6,17 +6,18 @@ int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int6
                             int64_t M, int64_t C, int64_t ignore_index, double smoothing, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  double* v = (double*)malloc((size_t)(C > 0 ? C : 1) * sizeof(double));
+  if (v == NULL) return MYOPS_EARG;
   for (int64_t r = 0; r < M; ++r) {
-    const char* xr = myops_row(&x, r, es);
+    myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);
     double m = -INFINITY, s = 0.0, sx = 0.0;
     int nan = 0;
     for (int64_t i = 0; i < C; ++i) {
-      const double v = myops_ld(dtype, xr, i * x.col_stride);
-      if (v != v) nan = 1;
-      else if (v > m) m = v;
-      sx += v;
+      if (v[i] != v[i]) nan = 1;
+      else if (v[i] > m) m = v[i];
+      sx += v[i];
     }
-    for (int64_t i = 0; i < C; ++i) s += exp(myops_ld(dtype, xr, i * x.col_stride) - m);
+    for (int64_t i = 0; i < C; ++i) s += exp(v[i] - m);
     const double ls = nan ? NAN : log(s);
     myops_st_stat(dtype, stats, 2 * r, m);
     myops_st_stat(dtype, stats, 2 * r + 1, ls);
@@ -24,11 +25,11 @@ int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int6
     if (t == ignore_index) {
       myops_st_stat(dtype, loss, r, 0.0);
     } else {
-      const int64_t tc = t < 0 ? 0 : (t >= C ? C - 1 : t);
-      const double xt = myops_ld(dtype, xr, tc * x.col_stride);
+      const double xt = v[t < 0 ? 0 : (t >= C ? C - 1 : t)];
       myops_st_stat(dtype, loss, r, ls + (1.0 - smoothing) * (m - xt) + smoothing * (m - sx / (double)C));
     }
   }
+  free(v);
   return MYOPS_OK;
 }
 

@@ -6,26 +6,25 @@ int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rstd, myops_oper
                          const void* b, int64_t M, int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  double* v = (double*)malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
+  if (v == NULL) return MYOPS_EARG;
   for (int64_t r = 0; r < M; ++r) {
-    const char* xr = myops_row(&x, r, es);
+    myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, N, v);
     double sum = 0.0, sq = 0.0;
-    for (int64_t i = 0; i < N; ++i) sum += myops_ld(dtype, xr, i * x.col_stride);
+    for (int64_t i = 0; i < N; ++i) sum += v[i];
     const double mu = sum / (double)N;
-    for (int64_t i = 0; i < N; ++i) {
-      const double d = myops_ld(dtype, xr, i * x.col_stride) - mu;
-      sq += d * d;
-    }
+    for (int64_t i = 0; i < N; ++i) sq += (v[i] - mu) * (v[i] - mu);
     const double rs = 1.0 / sqrt(sq / (double)N + eps);
     myops_st_stat(dtype, mean, r, mu);
     myops_st_stat(dtype, rstd, r, rs);
-    char* yr = myops_out_row(&y, r, es);
     for (int64_t i = 0; i < N; ++i) {
-      double v = (myops_ld(dtype, xr, i * x.col_stride) - mu) * rs;
-      if (w) v *= myops_ld(dtype, w, i);
-      if (b) v += myops_ld(dtype, b, i);
-      myops_st(dtype, yr, i * y.col_stride, v);
+      v[i] = (v[i] - mu) * rs;
+      if (w) v[i] *= myops_ld(dtype, w, i);
+      if (b) v[i] += myops_ld(dtype, b, i);
     }
+    myops_store_row(dtype, myops_out_row(&y, r, es), y.col_stride, N, v);
   }
+  free(v);
   return MYOPS_OK;
 }
 

@@ -11,28 +11,24 @@ static int myops_rms_forward_cpu(const myops_out_operand* y, const myops_out_ope
                                  int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  double* v = (double*)malloc((size_t)(N > 0 ? N : 1) * 2 * sizeof(double));
+  if (v == NULL) return MYOPS_EARG;
+  double* u = v + (N > 0 ? N : 1);
   for (int64_t r = 0; r < M; ++r) {
-    const char* xr = myops_row(x, r, es);
-    const char* rr = res ? myops_row(res, r, es) : NULL;
-    double ss = 0.0;
-    for (int64_t i = 0; i < N; ++i) {
-      double v = myops_ld(dtype, xr, i * x->col_stride);
-      if (rr) v = myops_round(dtype, v + myops_ld(dtype, rr, i * res->col_stride));
-      ss += v * v;
+    myops_load_row(dtype, myops_row(x, r, es), x->col_stride, N, v);
+    if (res) {
+      myops_load_row(dtype, myops_row(res, r, es), res->col_stride, N, u);
+      for (int64_t i = 0; i < N; ++i) v[i] = myops_round(dtype, v[i] + u[i]);
+      myops_store_row(dtype, myops_out_row(s_out, r, es), s_out->col_stride, N, v);
     }
+    double ss = 0.0;
+    for (int64_t i = 0; i < N; ++i) ss += v[i] * v[i];
     const double rs = 1.0 / sqrt(ss / (double)N + eps);
     if (rstd) myops_st_stat(dtype, rstd, r, rs);
-    char* yr = myops_out_row(y, r, es);
-    char* sr = s_out ? myops_out_row(s_out, r, es) : NULL;
-    for (int64_t i = 0; i < N; ++i) {
-      double v = myops_ld(dtype, xr, i * x->col_stride);
-      if (rr) {
-        v = myops_round(dtype, v + myops_ld(dtype, rr, i * res->col_stride));
-        myops_st(dtype, sr, i * s_out->col_stride, v);
-      }
-      myops_st(dtype, yr, i * y->col_stride, v * rs * (w ? myops_ld(dtype, w, i) : 1.0));
-    }
+    for (int64_t i = 0; i < N; ++i) v[i] *= rs * (w ? myops_ld(dtype, w, i) : 1.0);
+    myops_store_row(dtype, myops_out_row(y, r, es), y->col_stride, N, v);
   }
+  free(v);
   return MYOPS_OK;
 }
 
