@@ -168,6 +168,12 @@ class Config:
         self.nvcc_flags = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-lineinfo", "--expt-relaxed-constexpr"]
         self.nvcc_flags += _gencode_flags(self.archs)
         self.reg_cflags = ["-O3"] + (["-DMYOPS_WITH_CUDA"] if self.cuda else [])
+        # at::parallel_for is a header template: with ATen's OpenMP backend it only runs in parallel when the
+        # calling code is compiled with -fopenmp (without it the pragma is ignored and every CPU op ran on one
+        # thread). Compile only: the GOMP symbols resolve through libtorch_cpu's own OpenMP runtime at load time,
+        # so the process never holds a second one.
+        if torch._C.has_openmp and sys.platform.startswith("linux"):
+            self.reg_cflags.append("-fopenmp")
         self.key_fields = {
             "format": BUILD_FORMAT,
             "torch": self.torch_version,
