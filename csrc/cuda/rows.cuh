@@ -12,7 +12,10 @@
 // shared memory with cp.async -- the whole chunk is in flight at once -- then every pass of the op (statistics,
 // output) reads shared memory, so HBM sees each input once and each output once. A thread only ever reads back the
 // slots it staged itself, so no barrier guards the buffers. When even a cluster cannot hold the row, or the op needs
-// a single pass (cross_entropy), the plan streams (resident = 0): each pass re-reads global memory.
+// a single pass (cross_entropy), the plan streams (resident = 0): each pass re-reads global memory. With two
+// staging buffers (nbuf), the next row's cp.async is in flight while this row is reduced and written.
+// Status (H200, BENCHMARKS.md): correct at every row length, but 42-75% of copy bandwidth at [16384, 4096] and
+// 14-38% on long rows; Nsight Compute shows few eligible warps and high L2 traffic. Not yet the final design.
 #pragma once
 #include <cooperative_groups.h>
 
