@@ -326,6 +326,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dtypes", default="bf16,fp32", help=f"comma-separated, of {','.join(DTYPES)}")
     p.add_argument("--shape", help="comma-separated input shape for every case (default: the case's own shape, "
                    "else 16384,4096)")
+    p.add_argument("--no-variants", dest="variants", action="store_false",
+                   help="only each op's default shape (skip the long-row and layout variants)")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="skip the torch.compile rows")
     p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True, help="time forward+backward")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as markdown to PATH")
@@ -351,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     timer, time_us = make_timer(args.device)
     copy_bw = copy_gbps(args.device, time_us)
     rows, failures = [], []
-    for case in (c for c in CASES if c.op in args.ops):
+    for case in (c for c in CASES if c.op in args.ops and (args.variants or not c.variant)):
         compiled = torch.compile(case.torch_fn, fullgraph=True) if args.compile else None
         for dtype in args.dtypes:
             try:

@@ -9,8 +9,9 @@ extern "C" int myops_add_rms_norm_cuda(myops_out_operand y, myops_out_operand s,
   return rms::forward<true>(y, s, rstd, x, residual, w, M, N, eps, dtype, stream);
 }
 
-extern "C" int64_t myops_add_rms_norm_backward_ws_cuda(int64_t M, int64_t N, int dtype, int has_weight) {
-  return rms::backward_ws_rows(M, N, dtype, has_weight != 0, true);
+extern "C" int64_t myops_add_rms_norm_backward_ws_cuda(myops_operand dy, myops_operand s, myops_operand ds_out,
+                                                       const void* w, int64_t M, int64_t N, int dtype) {
+  return rms::backward_ws_rows(dy, s, ds_out, w, M, N, dtype, true);
 }
 
 // dx (= d residual) = rms_norm backward through s, plus ds_out (the gradient of the s output).

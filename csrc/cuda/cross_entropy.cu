@@ -9,11 +9,14 @@
 //   non-ignored rows / sum).
 // backward:  dx_ij = g_i (exp((x_ij - m_i) - ls_i) - (1 - eps) [j == t] - eps / C), 0 on ignored rows; g_i [M]
 //   is the incoming gradient already divided by the row count for reduction = "mean".
-#include "rows.cuh"
+#include "regrow.cuh"
 
 namespace {
 using namespace myops;
 using namespace myops::rows;
+
+// The target clamped into the row: the caller validated it, and a bad index must never read outside the row.
+__device__ __forceinline__ int64_t clamp_target(int64_t tg, int64_t C) { return tg < 0 ? 0 : (tg >= C ? C - 1 : tg); }
 
 template <class T>
 __global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __restrict__ loss,      // [M]
@@ -61,8 +64,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __rest
       if (tg == ignore_index) {
         loss[r] = A(0);
       } else {
-        // the caller validated tg; clamp anyway so that a bad index cannot read outside the row
-        const int64_t tc = tg < 0 ? 0 : (tg >= C ? C - 1 : tg);
+        const int64_t tc = clamp_target(tg, C);
         const A xt = to_acc(static_cast<const T*>(x.ptr)[r * x.row_stride + tc * x.col_stride]);
         A l = ls + (A(1) - smoothing) * (ms.a - xt);
         if (smoothing != A(0)) l += smoothing * (ms.a - sum_x / A(C));
@@ -109,6 +111,107 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_bwd_kernel(myops_out_operan
     }
   }
 }
+// ---- fast path (regrow.cuh): a row of logits in registers; exact max, then the sum of exp -----------------------
+template <class T, int NS>
+__global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(acc_t<T>* __restrict__ loss,     // [M]
+                                                      acc_t<T>* __restrict__ stats,    // [M, 2]
+                                                      const T* __restrict__ x, int64_t xs,  // [M, C]
+                                                      const int64_t* __restrict__ target, int64_t t_stride,
+                                                      int64_t M, int C, int64_t ignore_index, acc_t<T> smoothing,
+                                                      int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ __align__(16) unsigned char red_buf[1024];
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T ninf = from_acc<T>(neg_inf<A>());
+  for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
+    const int64_t r = r0 + l.slot;
+    const bool live = r < M;
+    rr::Regs<T, NS> v;
+    if (live) v.load(x + r * xs, C, l.t, tpr, ninf);
+    else v.fill(ninf);
+    A m = neg_inf<A>();
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) m = v.at(s, e) > m ? v.at(s, e) : m;
+    m = red(m, rr::Max{}, neg_inf<A>());
+    A se = A(0), sx = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      if (rr::Regs<T, NS>::col(s, l.t, tpr) >= C) break;
+      A a[VEC];
+      v.fresh(s, a);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        se += a[e] == neg_inf<A>() ? A(0) : exp_of<T>(a[e] - m);
+        sx += a[e];
+      }
+    }
+    const Pair<A> tot = red(Pair<A>{se, sx}, rr::Sum{}, Pair<A>{A(0), A(0)});
+    if (!live || l.t != 0) continue;
+    const int64_t tg = target[r * t_stride];
+    const A ls = log_of<T>(tot.a);
+    stats[2 * r] = m;
+    stats[2 * r + 1] = ls;
+    if (tg == ignore_index) {
+      loss[r] = A(0);
+    } else {
+      const int64_t tc = clamp_target(tg, C);
+      const A xt = to_acc(x[r * xs + tc]);
+      A lo = ls + (A(1) - smoothing) * (m - xt);
+      if (smoothing != A(0)) lo += smoothing * (m - tot.b / A(C));
+      loss[r] = lo;
+    }
+  }
+}
+
+// Backward has no reduction, so it need not hold a row: each CTA takes kBwdThreads * kBwdNv vectors of one row
+// (grid = M * chunks), the layout of an elementwise kernel, with the row's target, stats and grad broadcast.
+constexpr int kBwdThreads = 256, kBwdNv = 4;
+template <class T>
+__global__ void __launch_bounds__(kBwdThreads) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, C]
+                                                            const T* __restrict__ x, int64_t xs,    // [M, C]
+                                                            const int64_t* __restrict__ target, int64_t t_stride,
+                                                            const acc_t<T>* __restrict__ stats,  // [M, 2]
+                                                            const acc_t<T>* __restrict__ grad,   // [M] (stride)
+                                                            int64_t g_stride, int C, int64_t ignore_index,
+                                                            acc_t<T> smoothing, int chunks) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t r = blockIdx.x / chunks;
+  const int c0 = (int)(blockIdx.x % chunks) * kBwdThreads * kBwdNv * VEC;  // the chunk's first column
+  const int n = C - c0;                                                     // columns from there to the row's end
+  rr::Regs<T, kBwdNv> v;
+  v.load(x + r * xs + c0, n, threadIdx.x, kBwdThreads, from_acc<T>(A(0)));
+  const int64_t tg = target[r * t_stride];
+  const bool ignored = tg == ignore_index;
+  const A g = ignored ? A(0) : grad[r * g_stride], m = stats[2 * r], ls = stats[2 * r + 1];
+  const A off = smoothing / A(C), hit = A(1) - smoothing;
+#pragma unroll
+  for (int s = 0; s < kBwdNv; ++s) {
+    const int c = rr::Regs<T, kBwdNv>::col(s, threadIdx.x, kBwdThreads);
+    if (c >= n) break;
+    A a[VEC];
+    v.fresh(s, a);
+    const int64_t d = tg - c0 - c;  // the target's lane in this slot, if it is in it
+    const int eh = d >= 0 && d < VEC ? (int)d : -1;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const A pr = ignored ? A(0) : exp_of<T>((a[e] - m) - ls);
+      a[e] = g * (pr - off - (e == eh ? hit : A(0)));
+    }
+    rr::store(dx + r * dxs + c0, c, a);
+  }
+}
+
+template <class T> constexpr int kNs = sizeof(T) == 8 ? 0 : 8;  // fp64 takes the rows.cuh engine
+template <class T> rr::Geo rr_geo(int64_t C) {
+  if constexpr (kNs<T> == 0) return {};
+  else return rr::geometry(C, sizeof(T), kNs<T>, rr::max_threads<T>(), rr::target_tpr());
+}
+
 }  // namespace
 
 extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, myops_operand x, const int64_t* target,
@@ -118,6 +221,15 @@ extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, myops_operand x
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
+    const rr::Geo g = rr_geo<T>(C);
+    if (g.ns && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
+      return rr::with_ns<kNs<T>>(g.ns, [&](auto ns) -> int {
+        return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, decltype(ns)::value>,
+                          static_cast<cudaStream_t>(stream), static_cast<acc_t<T>*>(loss),
+                          static_cast<acc_t<T>*>(stats), static_cast<const T*>(x.ptr), x.row_stride, target, t_stride,
+                          M, (int)C, ignore_index, (acc_t<T>)smoothing, g.tpr);
+      });
+    }
     Plan p = make_plan(M, C, es, 1, 0, 0, false);
     auto kernel = ce_fwd_kernel<T>;
     const int rc = finish_plan(p, kernel, M);
@@ -136,6 +248,18 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
+    if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
+      const int64_t chunks = ceil_div(C, (int64_t)kBwdThreads * kBwdNv * (16 / es));
+      if (C % (16 / es) == 0 && M * chunks < (1LL << 31) &&
+          rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es) &&
+          rr::operand_ok(dx.ptr, dx.row_stride, dx.col_stride, M, C, es)) {
+        rr_bwd_kernel<T><<<(unsigned)(M * chunks), kBwdThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride,
+            static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, (int)C, ignore_index,
+            (acc_t<T>)smoothing, (int)chunks);
+        return launch_status();
+      }
+    }
     Plan p = make_plan(M, C, es, 1, 0, 0, false);
     auto kernel = ce_bwd_kernel<T>;
     const int rc = finish_plan(p, kernel, M);

@@ -7,7 +7,7 @@
 //            dx = r * (g - mean(g) - xh * mean(g * xh))
 //            dw = sum over rows of dy * xh;  db = sum over rows of dy   (per-row-group partials in a workspace
 //            ws [2][groups][N], summed by the caller)
-#include "rows.cuh"
+#include "regrow.cuh"
 
 namespace {
 using namespace myops;
@@ -136,6 +136,186 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
   c.finish();
 }
 
+// ---- fast path (regrow.cuh): rows in registers -----------------------------------------------------------------
+template <class T, int NS>
+__global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                     acc_t<T>* __restrict__ mean,          // [M]
+                                                     acc_t<T>* __restrict__ rstd,          // [M]
+                                                     const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                     const T* __restrict__ w,              // [N] or null
+                                                     const T* __restrict__ b,              // [N] or null
+                                                     int64_t M, int N, acc_t<T> eps, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ __align__(16) unsigned char red_buf[1024];
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T zero = from_acc<T>(A(0));
+  for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
+    const int64_t r = r0 + l.slot;
+    const bool live = r < M;
+    rr::Regs<T, NS> v;
+    if (live) v.load(x + r * xs, N, l.t, tpr, zero);
+    else v.fill(zero);
+    A sum = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
+    const A mu = red(sum, rr::Sum{}, A(0)) / A(N);
+    A sq = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      if (rr::Regs<T, NS>::col(s, l.t, tpr) >= N) break;  // slots past the row would add mu^2
+      A a[VEC];
+      v.fresh(s, a);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sq += (a[e] - mu) * (a[e] - mu);
+    }
+    const A rs = inv_sqrt(red(sq, rr::Sum{}, A(0)) / A(N) + eps);
+    if (!live) continue;
+    if (l.t == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A a[VEC], wv[VEC], bv[VEC];
+      v.fresh(s, a);
+      if (w) rr::load_param(w, c, wv);
+      if (b) rr::load_param(b, c, bv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        a[e] = (a[e] - mu) * rs;
+        if (w) a[e] *= wv[e];
+        if (b) a[e] += bv[e];
+      }
+      rr::store(y + r * ys, c, a);
+    }
+  }
+}
+
+// ws: [2][owners = gridDim.x * rows][N] dw, db partials (one row per row slot of each CTA), or null.
+template <class T, int NS>
+__global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+                                                     acc_t<T>* __restrict__ ws,            // [2, owners, N]
+                                                     const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                     const T* __restrict__ x, int64_t xs,    // [M, N]
+                                                     const acc_t<T>* __restrict__ mean,      // [M]
+                                                     const acc_t<T>* __restrict__ rstd,      // [M]
+                                                     const T* __restrict__ w,                // [N] or null
+                                                     int64_t M, int N, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ __align__(16) unsigned char red_buf[1024];
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T zero = from_acc<T>(A(0));
+  rr::Regs<T, NS> wr;  // the weight, loaded once: a thread's columns are the same on every row
+  if (w) wr.load(w, N, l.t, tpr, zero);
+  A dw[NS][VEC], db[NS][VEC];
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dw[s][e] = db[s][e] = A(0);
+  // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
+  // sums leave room for, a row's load latency would otherwise stall the SM.
+  const auto fetch = [&](int64_t row, rr::Regs<T, NS>& a, rr::Regs<T, NS>& b) {
+    if (row < M) {
+      a.load(dy + row * dys, N, l.t, tpr, zero);
+      b.load(x + row * xs, N, l.t, tpr, zero);
+    } else {
+      a.fill(zero);
+      b.fill(zero);
+    }
+  };
+  rr::Regs<T, NS> g, v;
+  fetch(l.first() + l.slot, g, v);
+  for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
+    const int64_t r = r0 + l.slot;
+    const bool live = r < M;
+    rr::Regs<T, NS> gn, vn;
+    fetch(r + l.step(), gn, vn);
+    const A mu = live ? mean[r] : A(0), rs = live ? rstd[r] : A(0);
+    A sg = A(0), sgx = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      if (rr::Regs<T, NS>::col(s, l.t, tpr) >= N) break;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A gv = g.at(s, e), xh = (v.at(s, e) - mu) * rs;
+        if (ws) {
+          dw[s][e] += gv * xh;
+          db[s][e] += gv;
+        }
+        const A gw = w ? mul_rn(gv, wr.at(s, e)) : gv;
+        sg += gw;
+        sgx += gw * xh;
+      }
+    }
+    const Pair<A> tot = red(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});
+    if (live) {
+      const A mg = tot.a / A(N), mgx = tot.b / A(N);
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+        if (c >= N) break;
+        A gv[VEC], xv[VEC], wv[VEC];
+        g.fresh(s, gv);
+        v.fresh(s, xv);
+        if (w) wr.fresh(s, wv);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const A gw = w ? mul_rn(gv[e], wv[e]) : gv[e];
+          gv[e] = rs * (gw - mg - (xv[e] - mu) * rs * mgx);
+        }
+        rr::store(dx + r * dxs, c, gv);
+      }
+    }
+    g = gn;
+    v = vn;
+  }
+  if (!ws) return;
+  const int64_t owners = (int64_t)gridDim.x * l.rows, o = (int64_t)blockIdx.x * l.rows + l.slot;
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+    if (c >= N) break;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      ws[o * N + c + e] = dw[s][e];
+      ws[(owners + o) * N + c + e] = db[s][e];
+    }
+  }
+}
+
+// Vectors per thread (0: fp64 takes the rows.cuh engine). Backward holds dy and x of two rows (prefetch), the
+// weight and two sums (VEC fp32 per vector) of each, so it stops at 2 vectors (4 spilled in fp32).
+template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
+template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 2;
+template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
+  if constexpr (MaxNs == 0) return {};
+  else return rr::geometry(N, elem, MaxNs, 512, bwd ? rr::target_tpr_bwd() : rr::target_tpr());
+}
+bool rr_ok(std::initializer_list<myops_operand> ins, std::initializer_list<myops_out_operand> outs, const void* w,
+           const void* b, int64_t M, int64_t N, int es) {
+  for (const myops_operand& o : ins)
+    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
+  for (const myops_out_operand& o : outs)
+    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
+  return rr::param_ok(w) && rr::param_ok(b);
+}
+// dx as the C++ layer allocates it (contiguous [M, N]): what the workspace query assumes.
+myops_out_operand contiguous_out(int64_t N) { return {reinterpret_cast<void*>(uintptr_t(256)), N, 1}; }
+template <class T> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool params) {
+  if (!params) return rr::cover_grid(g, M);
+  return rr::with_ns<kBwdNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {
+    return rr::resident_grid(g, rr_bwd_kernel<T, decltype(ns)::value>, M);
+  });
+}
+
 Plan fwd_plan(int64_t M, int64_t N, int dtype) { return make_plan(M, N, elem_size(dtype), 1, 0, 0, true); }
 Plan bwd_plan(int64_t M, int64_t N, int dtype, bool ws) {
   return make_plan(M, N, elem_size(dtype), 2, ws ? 2 : 0, dtype == MYOPS_F64 ? 8 : 4, true);
@@ -148,6 +328,16 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
+    const rr::Geo g = rr_geo<kFwdNs<T>>(N, es);
+    if (g.ns && rr_ok({x}, {y}, w, b, M, N, es)) {
+      return rr::with_ns<kFwdNs<T>>(g.ns, [&](auto ns) -> int {
+        return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, decltype(ns)::value>,
+                          static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
+                          static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr),
+                          x.row_stride, static_cast<const T*>(w), static_cast<const T*>(b), M, (int)N, (acc_t<T>)eps,
+                          g.tpr);
+      });
+    }
     Plan p = fwd_plan(M, N, dtype);
     auto kernel = ln_fwd_kernel<T>;
     const int rc = finish_plan(p, kernel, M);
@@ -161,13 +351,20 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
   });
 }
 
-// Rows of each of the two [rows, N] workspaces (dw, db partials) the backward pass needs (-1: the kernel cannot
-// run with its plan on this device).
-extern "C" int64_t myops_layer_norm_backward_ws_cuda(int64_t M, int64_t N, int dtype) {
+// Rows of each of the two [rows, N] workspaces (dw, db partials) the backward pass needs for these operands (-1: no
+// launch configuration fits this device).
+extern "C" int64_t myops_layer_norm_backward_ws_cuda(myops_operand dy, myops_operand x, const void* w, int64_t M,
+                                                     int64_t N, int dtype) {
   if (M <= 0 || N <= 0) return 0;
   int64_t rows_ = 0;
-  dispatch_dtype(dtype, [&](auto tag) {
+  dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
+    const rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T), true);
+    if (g.ns && rr_ok({dy, x}, {contiguous_out(N)}, w, nullptr, M, N, sizeof(T))) {
+      const int64_t grid = rr_bwd_grid<T>(g, M, true);
+      rows_ = grid < 0 ? -1 : grid * g.rows;
+      return (int)MYOPS_OK;
+    }
     Plan p = bwd_plan(M, N, dtype, true);
     const int rc = finish_plan(p, ln_bwd_kernel<T>, M);
     rows_ = rc ? -1 : p.groups * p.rows_per_cta;
@@ -184,6 +381,20 @@ extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, my
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
+    const rr::Geo g = rr_geo<kBwdNs<T>>(N, es, true);
+    if (g.ns && rr_ok({dy, x}, {contiguous_out(N)}, w, nullptr, M, N, es)) {
+      // the workspace was sized for this path: dx must qualify too (the C++ layer allocates it contiguous)
+      if (!rr_ok({}, {dx}, nullptr, nullptr, M, N, es)) return (int)MYOPS_EARG;
+      const int64_t grid = rr_bwd_grid<T>(g, M, ws != nullptr);
+      if (grid < 0) return (int)MYOPS_EARG;
+      return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {
+        return rr::launch(g, grid, rr_bwd_kernel<T, decltype(ns)::value>, static_cast<cudaStream_t>(stream),
+                          static_cast<T*>(dx.ptr), dx.row_stride, static_cast<acc_t<T>*>(ws),
+                          static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(x.ptr), x.row_stride,
+                          static_cast<const acc_t<T>*>(mean), static_cast<const acc_t<T>*>(rstd),
+                          static_cast<const T*>(w), M, (int)N, g.tpr);
+      });
+    }
     Plan p = bwd_plan(M, N, dtype, ws != nullptr);
     auto kernel = ln_bwd_kernel<T>;
     const int rc = finish_plan(p, kernel, M);

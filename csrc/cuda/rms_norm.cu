@@ -8,8 +8,9 @@ extern "C" int myops_rms_norm_cuda(myops_out_operand y, void* rstd, myops_operan
   return rms::forward<false>(y, {}, rstd, x, {}, w, M, N, eps, dtype, stream);
 }
 
-extern "C" int64_t myops_rms_norm_backward_ws_cuda(int64_t M, int64_t N, int dtype, int has_weight) {
-  return rms::backward_ws_rows(M, N, dtype, has_weight != 0, false);
+extern "C" int64_t myops_rms_norm_backward_ws_cuda(myops_operand dy, myops_operand x, const void* w, int64_t M,
+                                                   int64_t N, int dtype) {
+  return rms::backward_ws_rows(dy, x, {}, w, M, N, dtype, false);
 }
 
 extern "C" int myops_rms_norm_backward_cuda(myops_out_operand dx, void* ws, myops_operand dy, myops_operand x,

@@ -4,10 +4,11 @@
 //                          r = 1 / sqrt(mean(s^2) + eps)            (saved: rstd [M] in acc_t<T>)
 //                          y = s * r * w                            (w = 1 when absent)
 // backward:                g = dy * w
-//                          ds = r * (g - s * r^2 * mean(g * s))  (+ ds_out, the gradient of add_rms_norm's s output)
+//                          ds = r * (g - s * r^2 * mean(g * s))  (+ ds_out, the gradient of add_rms_norm's s output;
+//                                                                 a null ds_out is none)
 //                          dw = sum over rows of dy * s * r     (per-row-group partials in a workspace)
 #pragma once
-#include "rows.cuh"
+#include "regrow.cuh"
 
 namespace myops {
 namespace rms {
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
       }
 #pragma unroll
       for (int e = 0; e < VEC; ++e) d[e] = rs * (g[e] - v[e] * k);
-      if constexpr (ADD) {
+      if (ADD && ds_out.ptr != nullptr) {  // null: no gradient flows into the s output
         A u[VEC];
         t.get(2, j, u, A(0), false);
 #pragma unroll
@@ -136,6 +137,178 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
   }
   if (dw) acc.flush(c, 1);
   c.finish();
+}
+
+
+// ---- fast path (regrow.cuh): rows in registers --------------------------------------------------------------
+template <class T, int NS, bool ADD>
+__global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                      T* __restrict__ so, int64_t sos,      // [M, N] x + res (ADD)
+                                                      acc_t<T>* __restrict__ rstd,          // [M]
+                                                      const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                      const T* __restrict__ res, int64_t rs_,  // [M, N] (ADD)
+                                                      const T* __restrict__ w,              // [N] or null
+                                                      int64_t M, int N, acc_t<T> eps, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ __align__(16) unsigned char red_buf[1024];
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T zero = from_acc<T>(A(0));
+  for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
+    const int64_t r = r0 + l.slot;
+    const bool live = r < M;
+    rr::Regs<T, NS> v;
+    if (live) v.load(x + r * xs, N, l.t, tpr, zero);
+    else v.fill(zero);
+    if constexpr (ADD) {
+      rr::Regs<T, NS> u;
+      if (live) u.load(res + r * rs_, N, l.t, tpr, zero);
+      else u.fill(zero);
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        A a[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e) + u.at(s, e);
+        v.set(s, a);  // rounded to T, like the eager sum
+      }
+    }
+    A ss = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) ss += v.at(s, e) * v.at(s, e);
+    const A rs = inv_sqrt(red(ss, rr::Sum{}, A(0)) / A(N) + eps);
+    if (!live) continue;
+    if (l.t == 0 && rstd != nullptr) rstd[r] = rs;
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A o[VEC], wv[VEC];
+      v.fresh(s, o);
+      if constexpr (ADD) rr::store(so + r * sos, c, o);
+      if (w) rr::load_param(w, c, wv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) o[e] = w ? o[e] * rs * wv[e] : o[e] * rs;
+      rr::store(y + r * ys, c, o);
+    }
+  }
+}
+
+// ws: [gridDim.x * rows, N] dw partials (one row per row slot of each CTA), or null.
+template <class T, int NS, bool ADD>
+__global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,          // [M, N]
+                                                     acc_t<T>* __restrict__ ws,                // [owners, N]
+                                                     const T* __restrict__ dy, int64_t dys,    // [M, N]
+                                                     const T* __restrict__ sx, int64_t sxs,    // [M, N]
+                                                     const T* __restrict__ dso, int64_t dsos,  // [M, N] (ADD)
+                                                     const acc_t<T>* __restrict__ rstd,        // [M]
+                                                     const T* __restrict__ w,                  // [N] or null
+                                                     int64_t M, int N, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ __align__(16) unsigned char red_buf[1024];
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T zero = from_acc<T>(A(0));
+  rr::Regs<T, NS> wr;  // the weight, loaded once: a thread's columns are the same on every row
+  if (w) wr.load(w, N, l.t, tpr, zero);
+  A dw[NS][VEC];
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dw[s][e] = A(0);
+  // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
+  // sums leave room for, a row's load latency would otherwise stall the SM.
+  const auto fetch = [&](int64_t row, rr::Regs<T, NS>& a, rr::Regs<T, NS>& b) {
+    if (row < M) {
+      a.load(dy + row * dys, N, l.t, tpr, zero);
+      b.load(sx + row * sxs, N, l.t, tpr, zero);
+    } else {
+      a.fill(zero);
+      b.fill(zero);
+    }
+  };
+  rr::Regs<T, NS> g, v;
+  fetch(l.first() + l.slot, g, v);
+  for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
+    const int64_t r = r0 + l.slot;
+    const bool live = r < M;
+    rr::Regs<T, NS> gn, vn;
+    fetch(r + l.step(), gn, vn);
+    const A rs = live ? rstd[r] : A(0);
+    A dot = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A gv = g.at(s, e), xv = v.at(s, e);
+        if (ws) dw[s][e] += gv * xv * rs;
+        dot += (w ? mul_rn(gv, wr.at(s, e)) : gv) * xv;
+      }
+    const A k = red(dot, rr::Sum{}, A(0)) / A(N) * rs * rs;
+    if (live) {
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+        if (c >= N) break;
+        A d[VEC], gv[VEC], xv[VEC], wv[VEC];
+        g.fresh(s, gv);
+        v.fresh(s, xv);
+        if (w) wr.fresh(s, wv);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) d[e] = rs * ((w ? mul_rn(gv[e], wv[e]) : gv[e]) - xv[e] * k);
+        if (ADD && dso != nullptr) {
+          A u[VEC];
+          rr::load_param(dso + r * dsos, c, u);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) d[e] += u[e];
+        }
+        rr::store(dx + r * dxs, c, d);
+      }
+    }
+    g = gn;
+    v = vn;
+  }
+  if (!ws) return;
+  A* out = ws + ((int64_t)blockIdx.x * l.rows + l.slot) * N;
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+    if (c >= N) break;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[c + e] = dw[s][e];
+  }
+}
+
+// Vectors per thread (0: fp64, which always takes the rows.cuh engine). Forward holds x (and the residual); backward
+// holds dy, x, the weight and the dw sums (VEC fp32 per vector), so it stops at 64 bytes of each per thread.
+template <class T, bool ADD> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : ADD ? 4 : 8;
+template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 4 : 2;
+
+template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
+  if constexpr (kFwdNs<T, ADD> == 0) return {};
+  else return rr::geometry(N, sizeof(T), kFwdNs<T, ADD>, 512, rr::target_tpr());
+}
+template <class T> rr::Geo rr_bwd_geo(int64_t N) {
+  if constexpr (kBwdNs<T> == 0) return {};
+  else return rr::geometry(N, sizeof(T), kBwdNs<T>, 512, rr::target_tpr_bwd());
+}
+inline bool rr_ok(std::initializer_list<myops_operand> ins, std::initializer_list<myops_out_operand> outs,
+                  const void* w, int64_t M, int64_t N, int es) {
+  for (const myops_operand& o : ins)  // a null operand is an absent one
+    if (o.ptr != nullptr && !rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
+  for (const myops_out_operand& o : outs)
+    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
+  return rr::param_ok(w);
+}
+// The backward fast path's grid with a dw workspace (-1: none fits).
+template <class T, bool ADD> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool dw) {
+  if (!dw) return rr::cover_grid(g, M);
+  return rr::with_ns<kBwdNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {
+    return rr::resident_grid(g, rr_bwd_kernel<T, decltype(ns)::value, ADD>, M);
+  });
 }
 
 inline Plan fwd_plan(int64_t M, int64_t N, int dtype, bool add) {
@@ -152,6 +325,17 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const int es = sizeof(T);
+    const rr::Geo g = rr_fwd_geo<T, ADD>(N);
+    if (g.ns && rr_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, w, M, N, es)) {
+      return rr::with_ns<kFwdNs<T, ADD>>(g.ns, [&](auto ns) -> int {
+        constexpr int NS = decltype(ns)::value;
+        return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, NS, ADD>, static_cast<cudaStream_t>(stream),
+                          static_cast<T*>(y.ptr), y.row_stride, static_cast<T*>(s_out.ptr), s_out.row_stride,
+                          static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr), x.row_stride,
+                          static_cast<const T*>(res.ptr), res.row_stride, static_cast<const T*>(w), M, (int)N,
+                          (acc_t<T>)eps, g.tpr);
+      });
+    }
     Plan p = fwd_plan(M, N, dtype, ADD);
     auto kernel = fwd_kernel<T, ADD>;
     int rc = finish_plan(p, kernel, M);
@@ -166,14 +350,23 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
   });
 }
 
-// Rows of the dw workspace [rows, N] the backward pass needs (0 when dw is not wanted, -1 if the kernel cannot
-// run with its plan on this device). The backward pass
-// accumulates dw exactly when it gets a workspace.
-inline int64_t backward_ws_rows(int64_t M, int64_t N, int dtype, bool weight, bool add) {
-  if (!weight || M <= 0 || N <= 0) return 0;
+// dx as the C++ layer allocates it (contiguous [M, N]): what the workspace query assumes.
+inline myops_out_operand contiguous_out(int64_t N) { return {reinterpret_cast<void*>(uintptr_t(256)), N, 1}; }
+
+// Rows of the dw workspace [rows, N] the backward pass needs for these operands (0 when there is no weight, -1 if
+// no launch configuration fits this device); the backward pass accumulates dw exactly when it gets a workspace.
+inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand ds_out, const void* w, int64_t M,
+                                int64_t N, int dtype, bool add) {
+  if (w == nullptr || M <= 0 || N <= 0) return 0;
   int64_t rows_ = 0;
-  dispatch_dtype(dtype, [&](auto tag) {
+  dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
+    const rr::Geo g = rr_bwd_geo<T>(N);
+    if (g.ns && rr_ok({dy, s, add ? ds_out : s}, {contiguous_out(N)}, w, M, N, sizeof(T))) {
+      const int64_t grid = add ? rr_bwd_grid<T, true>(g, M, true) : rr_bwd_grid<T, false>(g, M, true);
+      rows_ = grid < 0 ? -1 : grid * g.rows;
+      return (int)MYOPS_OK;
+    }
     Plan p = bwd_plan(M, N, dtype, true);
     const int rc = add ? finish_plan(p, bwd_kernel<T, true>, M) : finish_plan(p, bwd_kernel<T, false>, M);
     rows_ = rc ? -1 : p.groups * p.rows_per_cta;
@@ -189,6 +382,22 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const int es = sizeof(T);
+    const rr::Geo g = rr_bwd_geo<T>(N);
+    const myops_operand ds_in = ADD ? ds_out : s;
+    if (g.ns && rr_ok({dy, s, ds_in}, {contiguous_out(N)}, w, M, N, es)) {
+      // the workspace was sized for this path: dx must qualify too (the C++ layer allocates it contiguous)
+      if (!rr_ok({}, {dx}, nullptr, M, N, es)) return (int)MYOPS_EARG;
+      const int64_t grid = rr_bwd_grid<T, ADD>(g, M, ws != nullptr);
+      if (grid < 0) return (int)MYOPS_EARG;
+      return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {
+        constexpr int NS = decltype(ns)::value;
+        return rr::launch(g, grid, rr_bwd_kernel<T, NS, ADD>, static_cast<cudaStream_t>(stream),
+                          static_cast<T*>(dx.ptr), dx.row_stride, static_cast<acc_t<T>*>(ws),
+                          static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(s.ptr), s.row_stride,
+                          static_cast<const T*>(ds_out.ptr), ds_out.row_stride,
+                          static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N, g.tpr);
+      });
+    }
     Plan p = bwd_plan(M, N, dtype, ws != nullptr);
     auto kernel = bwd_kernel<T, ADD>;
     int rc = finish_plan(p, kernel, M);

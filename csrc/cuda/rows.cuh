@@ -14,8 +14,10 @@
 // slots it staged itself, so no barrier guards the buffers. When even a cluster cannot hold the row, or the op needs
 // a single pass (cross_entropy), the plan streams (resident = 0): each pass re-reads global memory. With two
 // staging buffers (nbuf), the next row's cp.async is in flight while this row is reduced and written.
-// Status (H200, BENCHMARKS.md): correct at every row length, but 42-75% of copy bandwidth at [16384, 4096] and
-// 14-38% on long rows; Nsight Compute shows few eligible warps and high L2 traffic. Not yet the final design.
+// Role: since the register fast path (regrow.cuh) handles contiguous, aligned rows of up to 16-32k elements, this
+// engine serves what that path cannot: strided or misaligned rows, N not a multiple of the 16-byte vector, fp64, and
+// long rows (clusters). It is correct at every row length but slower (42-75% of copy bandwidth at [16384, 4096],
+// 14-38% on long rows, H200; BENCHMARKS.md).
 #pragma once
 #include <cooperative_groups.h>
 

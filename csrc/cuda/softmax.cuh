@@ -7,7 +7,7 @@
 // backward:  softmax: dx = y * (dy - sum(dy * y))      log_softmax: dx = dy - exp(y) * sum(dy)
 // Rows of -inf give NaN and NaN propagates, as in eager.
 #pragma once
-#include "rows.cuh"
+#include "regrow.cuh"
 
 namespace myops {
 namespace softmax {
@@ -106,12 +106,130 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
   c.finish();
 }
 
+// ---- fast path (regrow.cuh): rows in registers; two exact reductions (max, then sum) instead of the online pair.
+template <class T, int NS, bool LOG>
+__global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                      const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                      int64_t M, int N, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ __align__(16) unsigned char red_buf[1024];
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T ninf = from_acc<T>(neg_inf<A>());
+  for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
+    const int64_t r = r0 + l.slot;
+    const bool live = r < M;
+    rr::Regs<T, NS> v;
+    if (live) v.load(x + r * xs, N, l.t, tpr, ninf);
+    else v.fill(ninf);
+    A m = neg_inf<A>();
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) m = v.at(s, e) > m ? v.at(s, e) : m;
+    m = red(m, rr::Max{}, neg_inf<A>());
+    A sum = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      A a[VEC];
+      v.fresh(s, a);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sum += a[e] == neg_inf<A>() ? A(0) : exp_of<T>(a[e] - m);
+    }
+    sum = red(sum, rr::Sum{}, A(0));
+    if (!live) continue;
+    const A logs = log_of<T>(sum), inv = A(1) / sum;
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A a[VEC];
+      v.fresh(s, a);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if constexpr (LOG) a[e] = (a[e] - m) - logs;  // not a - (m + logs): that rounds at m's magnitude
+        else if constexpr (sizeof(T) == 2) a[e] = exp_of<T>(a[e] - m) * inv;  // the rounding to T hides 1 ulp
+        else a[e] = exp_of<T>(a[e] - m) / sum;
+      }
+      rr::store(y + r * ys, c, a);
+    }
+  }
+}
+
+template <class T, int NS, bool LOG>
+__global__ void __launch_bounds__(rr::max_threads<T>()) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+                                                      const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                      const T* __restrict__ y, int64_t ys,    // [M, N]
+                                                      int64_t M, int N, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ __align__(16) unsigned char red_buf[1024];
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T zero = from_acc<T>(A(0));
+  for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
+    const int64_t r = r0 + l.slot;
+    const bool live = r < M;
+    rr::Regs<T, NS> g, v;
+    if (live) {
+      g.load(dy + r * dys, N, l.t, tpr, zero);
+      v.load(y + r * ys, N, l.t, tpr, zero);
+    } else {
+      g.fill(zero);
+      v.fill(zero);
+    }
+    A acc = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc += LOG ? g.at(s, e) : g.at(s, e) * v.at(s, e);
+    const A k = red(acc, rr::Sum{}, A(0));
+    if (!live) continue;
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A a[VEC], b[VEC];
+      g.fresh(s, a);
+      v.fresh(s, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[e] = LOG ? a[e] - exp_of<T>(b[e]) * k : b[e] * (a[e] - k);
+      rr::store(dx + r * dxs, c, a);
+    }
+  }
+}
+
+// Vectors per thread (0: fp64 takes the rows.cuh engine); forward holds one row, backward two.
+template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
+template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 4;
+template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem) {
+  if constexpr (MaxNs == 0) return {};
+  else return rr::geometry(N, elem, MaxNs, elem == 4 ? 1024 : 512, rr::target_tpr());
+}
+inline bool rr_ok(std::initializer_list<myops_operand> ins, std::initializer_list<myops_out_operand> outs, int64_t M,
+                  int64_t N, int es) {
+  for (const myops_operand& o : ins)
+    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
+  for (const myops_out_operand& o : outs)
+    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
+  return true;
+}
+
 template <bool LOG>
 int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtype, void* stream) {
   if (M <= 0 || N <= 0) return MYOPS_OK;
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
+    const rr::Geo g = rr_geo<kFwdNs<T>>(N, es);
+    if (g.ns && rr_ok({x}, {y}, M, N, es)) {
+      return rr::with_ns<kFwdNs<T>>(g.ns, [&](auto ns) -> int {
+        return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, decltype(ns)::value, LOG>,
+                          static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
+                          static_cast<const T*>(x.ptr), x.row_stride, M, (int)N, g.tpr);
+      });
+    }
     Plan p = make_plan(M, N, es, 1, 0, 0, true);
     auto kernel = fwd_kernel<T, LOG>;
     const int rc = finish_plan(p, kernel, M);
@@ -129,6 +247,15 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
+    const rr::Geo g = rr_geo<kBwdNs<T>>(N, es);
+    if (g.ns && rr_ok({dy, y}, {dx}, M, N, es)) {
+      return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {
+        return rr::launch(g, rr::cover_grid(g, M), rr_bwd_kernel<T, decltype(ns)::value, LOG>,
+                          static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr), dx.row_stride,
+                          static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(y.ptr), y.row_stride, M,
+                          (int)N, g.tpr);
+      });
+    }
     Plan p = make_plan(M, N, es, LOG ? 1 : 2, 0, 0, true);
     auto kernel = bwd_kernel<T, LOG>;
     const int rc = finish_plan(p, kernel, M);

@@ -13,7 +13,7 @@ using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand,
                        const void*, int64_t, int64_t, int);
 using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, myops_operand, const void*,
                         const void*, int64_t, int64_t, int, void*);
-using WsCuda = int64_t (*)(int64_t, int64_t, int, int);
+using WsCuda = int64_t (*)(myops_operand, myops_operand, myops_operand, const void*, int64_t, int64_t, int);
 myops::Kernel<FwdCpu> k_fwd_cpu("myops_add_rms_norm_cpu");
 myops::Kernel<FwdCuda> k_fwd_cuda("myops_add_rms_norm_cuda");
 myops::Kernel<BwdCpu> k_bwd_cpu("myops_add_rms_norm_backward_cpu");
@@ -80,8 +80,11 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_
               "myops.add_rms_norm_backward: rstd must be the rstd output of add_rms_norm for this s");
   const bool dw = weight_grad && w.defined();
   const myops::RowsView gv = myops::rows_view(grad_y), sv = myops::rows_view(s);
+  // no grad_s: a null operand on the GPU; a zero view for the CPU kernel
   const at::Tensor zero = grad_s.has_value() ? at::Tensor() : at::zeros({1}, s.options()).expand(s.sizes());
-  const myops::RowsView ev = myops::rows_view(grad_s.has_value() ? *grad_s : zero);
+  myops::RowsView ev = myops::rows_view(grad_s.has_value() ? *grad_s : zero);
+  myops_operand ds_gpu = ev.op;
+  if (!grad_s.has_value()) ds_gpu = myops_operand{nullptr, 0, 0};
   const at::Tensor rs = rstd.contiguous();
   at::Tensor dx = at::empty(s.sizes(), s.options());
   at::Tensor dweight = dw ? at::zeros({sv.N}, s.options()) : at::empty({0}, s.options());
@@ -92,11 +95,11 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_
 #ifdef MYOPS_WITH_CUDA
     const c10::cuda::OptionalCUDAGuard guard(s.device());
     if (dw) {
-      const int64_t rows = k_ws_cuda.get()(sv.M, sv.N, dtype, 1);
+      const int64_t rows = k_ws_cuda.get()(gv.op, sv.op, ds_gpu, wp, sv.M, sv.N, dtype);
       TORCH_CHECK(rows > 0, "myops.", op, ": no launch configuration fits this device for N = ", myops::str(sv.N));
       ws = at::empty({rows, sv.N}, s.options().dtype(myops::stat_dtype(s)));
     }
-    const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, sv.op, ev.op,
+    const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, sv.op, ds_gpu,
                                     rs.data_ptr(), wp, sv.M, sv.N, dtype, myops::current_stream(s));
     myops::check_status(rc, op, "CUDA");
 #endif

@@ -13,7 +13,7 @@ using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand,
                        const void*, int64_t, int64_t, int);
 using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, const void*, const void*,
                         const void*, int64_t, int64_t, int, void*);
-using WsCuda = int64_t (*)(int64_t, int64_t, int);
+using WsCuda = int64_t (*)(myops_operand, myops_operand, const void*, int64_t, int64_t, int);
 myops::Kernel<FwdCpu> k_fwd_cpu("myops_layer_norm_cpu");
 myops::Kernel<FwdCuda> k_fwd_cuda("myops_layer_norm_cuda");
 myops::Kernel<BwdCpu> k_bwd_cpu("myops_layer_norm_backward_cpu");
@@ -95,7 +95,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
 #ifdef MYOPS_WITH_CUDA
     const c10::cuda::OptionalCUDAGuard guard(x.device());
     if (params_grad) {
-      const int64_t rows = k_ws_cuda.get()(xv.M, xv.N, dtype);
+      const int64_t rows = k_ws_cuda.get()(gv.op, xv.op, wp, xv.M, xv.N, dtype);
       TORCH_CHECK(rows > 0, "myops.", op, ": no launch configuration fits this device for N = ", myops::str(xv.N));
       ws = at::empty({2, rows, xv.N}, x.options().dtype(myops::stat_dtype(x)));
     }

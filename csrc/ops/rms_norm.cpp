@@ -10,7 +10,7 @@ using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand,
                        int64_t, int);
 using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, const void*, const void*, int64_t,
                         int64_t, int, void*);
-using WsCuda = int64_t (*)(int64_t, int64_t, int, int);
+using WsCuda = int64_t (*)(myops_operand, myops_operand, const void*, int64_t, int64_t, int);
 myops::Kernel<FwdCpu> k_fwd_cpu("myops_rms_norm_cpu");
 myops::Kernel<FwdCuda> k_fwd_cuda("myops_rms_norm_cuda");
 myops::Kernel<BwdCpu> k_bwd_cpu("myops_rms_norm_backward_cpu");
@@ -77,7 +77,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
 #ifdef MYOPS_WITH_CUDA
     const c10::cuda::OptionalCUDAGuard guard(x.device());
     if (dw) {
-      const int64_t rows = k_ws_cuda.get()(xv.M, xv.N, dtype, 1);
+      const int64_t rows = k_ws_cuda.get()(gv.op, xv.op, wp, xv.M, xv.N, dtype);
       TORCH_CHECK(rows > 0, "myops.", op, ": no launch configuration fits this device for N = ", myops::str(xv.N));
       ws = at::empty({rows, xv.N}, x.options().dtype(myops::stat_dtype(x)));
     }

@@ -1,0 +1,280 @@
+// regrow.cuh: the fast path of the row-wise ops: each row is held in registers.
+//
+// Applies when every [M, N] operand has unit column stride, a 16-byte aligned base and a row stride that keeps
+// every row 16-byte aligned, N is a multiple of the 16-byte vector (partial vectors made the compiler keep each
+// 16-bit element in its own register) and a row is at most NS * tpr vectors (NS <= 8 per thread, tpr <= 1024). A group of tpr threads owns a row; thread t holds vectors t, t + tpr, ..., t + (NS - 1) tpr:
+//
+//   row (N elements, VEC = 16 / sizeof(T) per vector):  | v0 v1 ... v(tpr-1) | v(tpr) ... | ... |
+//   thread t:                                              ^ slot 0             ^ slot 1     ...
+//
+// so a warp's loads of one slot are 512 contiguous bytes, all NS loads of a thread are issued before any is used
+// (NS * 16 bytes in flight per thread), and every later pass over the row (statistics, output) reads registers:
+// HBM sees each input once and each output once. Row statistics are combined by xor shuffles inside a warp and,
+// for tpr > 32, through one shared slot per warp with a single barrier (two alternating slot sets, see RowReduce).
+// The grid covers the rows (a CTA never waits on a previous row); backward kernels with per-column sums instead
+// loop over rows with a grid of what fits on the chip, summing in registers, since a thread's columns are the same
+// on every row.
+// Rows that fail these conditions (strided columns, misaligned rows, more than 8192 vectors) take the rows.cuh
+// engine; the host entry of each op tries this path first.
+#pragma once
+#include <cstdlib>
+#include <type_traits>
+
+#include "rows.cuh"
+
+namespace myops {
+namespace rr {
+
+using rows::Pair;
+
+constexpr int kCtaThreads = 128;  // a CTA holds several rows when one needs fewer threads than this
+
+// Threads per row the geometry aims for: 128 measured best for the forward kernels at N = 4096 (64 and 256 were
+// up to 10 points slower, H200); MYOPS_ROW_THREADS / MYOPS_ROW_THREADS_BWD override it for tuning (read once).
+inline int env_tpr(const char* name, int dflt) {
+  const char* e = std::getenv(name);
+  const int t = e ? std::atoi(e) : 0;
+  return t >= 32 && t <= 1024 ? t : dflt;
+}
+inline int target_tpr() {
+  static const int v = env_tpr("MYOPS_ROW_THREADS", 128);
+  return v;
+}
+inline int target_tpr_bwd() {
+  static const int v = env_tpr("MYOPS_ROW_THREADS_BWD", 128);
+  return v;
+}
+
+// Threads per CTA a single-row-buffer kernel allows: 1024 caps registers at 64, which holds 8 fp32 vectors but
+// spilled 8 vectors of a 16-bit type (their conversions need more), so those stop at 512.
+template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 512; }
+
+// Register geometry of a row: NS vectors per thread, tpr threads per row, rows per CTA.
+struct Geo {
+  int ns = 0;       // 0: the fast path does not apply
+  int tpr = 0;      // threads per row: a power of 2 up to 32, else a multiple of 32
+  int rows = 0;     // rows per CTA
+  int threads = 0;  // tpr * rows
+};
+
+// Picks the fewest vectors per thread (up to max_ns) that keep a row within target_tpr threads, else the fewest
+// that fit it in max_tpr threads. More vectors per thread put more bytes in flight per thread; fewer threads per
+// row shorten the cross-warp reduction. target_tpr comes from measurement (BENCHMARKS.md).
+inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr) {
+  Geo g;
+  if (N <= 0 || N % (16 / elem) != 0) return g;  // whole 16-byte vectors only
+  const int64_t nvec = N / (16 / elem);
+  int ns = 1;
+  while (ns < max_ns && ceil_div(nvec, ns) > target_tpr) ns *= 2;
+  while (ns < max_ns && ceil_div(nvec, ns) > max_tpr) ns *= 2;
+  const int64_t need = ceil_div(nvec, ns);
+  if (need > max_tpr) return g;
+  int tpr = 1;
+  if (need <= 32) {
+    while (tpr < need) tpr *= 2;
+  } else {
+    tpr = (int)ceil_div(need, 32) * 32;
+  }
+  g.ns = ns;
+  g.tpr = tpr;
+  g.rows = tpr >= kCtaThreads ? 1 : kCtaThreads / tpr;
+  g.threads = g.tpr * g.rows;
+  return g;
+}
+
+// Every operand of the op passes this (plus the per-column parameter vectors through param_ok).
+inline bool operand_ok(const void* p, int64_t row_stride, int64_t col_stride, int64_t M, int64_t N, int elem) {
+  return rows::vec_ok(p, row_stride, col_stride, M, N, elem);
+}
+inline bool param_ok(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Calls f(std::integral_constant<int, NS>{}) for ns in {1, 2, 4, 8} up to MaxNs (the only ones instantiated;
+// MaxNs = 0: none).
+template <int MaxNs, class R = int, class F> R with_ns(int ns, F&& f) {
+  switch (ns) {
+    case 1: if constexpr (MaxNs >= 1) return f(std::integral_constant<int, 1>{}); break;
+    case 2: if constexpr (MaxNs >= 2) return f(std::integral_constant<int, 2>{}); break;
+    case 4: if constexpr (MaxNs >= 4) return f(std::integral_constant<int, 4>{}); break;
+    case 8: if constexpr (MaxNs >= 8) return f(std::integral_constant<int, 8>{}); break;
+    default: break;
+  }
+  return R(MYOPS_EARG);
+}
+
+// A thread's place: its row slot in the CTA and its index in the row's thread group.
+struct Lane {
+  int tpr, rows, slot, t;
+  __device__ explicit Lane(int tpr_) : tpr(tpr_) {
+    rows = blockDim.x / tpr;
+    slot = threadIdx.x / tpr;
+    t = threadIdx.x % tpr;
+  }
+  // Row loop (every thread of the CTA runs the same iterations: the reductions hold barriers):
+  //   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) { const int64_t r = r0 + l.slot; ... r < M ... }
+  __device__ int64_t first() const { return (int64_t)blockIdx.x * rows; }
+  __device__ int64_t step() const { return (int64_t)gridDim.x * rows; }
+};
+
+// An element of a 16-byte vector held as four 32-bit words: fp32 is a word, a 16-bit type a half word. Bit
+// operations instead of element arrays keep a vector in 4 registers (arrays of 16-bit elements were given one
+// register per element, doubling the footprint and spilling).
+template <class T> __device__ __forceinline__ acc_t<T> word_elem(uint32_t w, int half);
+template <> __device__ __forceinline__ float word_elem<float>(uint32_t w, int) { return __uint_as_float(w); }
+template <> __device__ __forceinline__ float word_elem<__nv_bfloat16>(uint32_t w, int h) {
+  return __uint_as_float(h ? w & 0xffff0000u : w << 16);
+}
+template <> __device__ __forceinline__ float word_elem<__half>(uint32_t w, int h) {
+  return __half2float(__ushort_as_half((unsigned short)(h ? w >> 16 : w & 0xffffu)));
+}
+// The word holding two copies of f (or f itself for fp32).
+template <class T> __device__ __forceinline__ uint32_t splat_word(T f) {
+  if constexpr (sizeof(T) == 4) {
+    return __float_as_uint(to_acc(f));
+  } else {
+    unsigned short b;
+    memcpy(&b, &f, 2);
+    return (uint32_t)b | (uint32_t)b << 16;
+  }
+}
+
+// NS 16-byte vectors of one row, raw (converted on use so that they cost 4 registers each).
+template <class T, int NS> struct Regs {
+  static constexpr int VEC = 16 / sizeof(T);
+  using A = acc_t<T>;
+  uint32_t u[NS][4];
+
+  // Columns of slot s (int: a row is at most 8192 vectors).
+  __device__ __forceinline__ static int col(int s, int t, int tpr) { return (t + s * tpr) * VEC; }
+
+  // Loads this thread's slots of `row` (N a multiple of VEC); slots past N read `fill`.
+  __device__ __forceinline__ void load(const T* __restrict__ row, int N, int t, int tpr, T fill) {
+    const uint32_t f = splat_word(fill);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = col(s, t, tpr);
+      if (c < N) {
+        const uint4 q = *reinterpret_cast<const uint4*>(row + c);
+        u[s][0] = q.x, u[s][1] = q.y, u[s][2] = q.z, u[s][3] = q.w;
+      } else {
+        u[s][0] = u[s][1] = u[s][2] = u[s][3] = f;
+      }
+    }
+  }
+  __device__ __forceinline__ void fill(T fill_value) {
+    const uint32_t f = splat_word(fill_value);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) u[s][0] = u[s][1] = u[s][2] = u[s][3] = f;
+  }
+  __device__ __forceinline__ A at(int s, int e) const {
+    if constexpr (VEC == 4) return word_elem<T>(u[s][e], 0);
+    else return word_elem<T>(u[s][e >> 1], e & 1);
+  }
+  // Stores VEC values into slot s, rounded to T.
+  __device__ __forceinline__ void set(int s, const A (&x)[VEC]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (VEC == 4) {
+        u[s][i] = __float_as_uint(x[i]);
+      } else {
+        const T lo = from_acc<T>(x[2 * i]), hi = from_acc<T>(x[2 * i + 1]);
+        unsigned short a, b;
+        memcpy(&a, &lo, 2);
+        memcpy(&b, &hi, 2);
+        u[s][i] = (uint32_t)a | (uint32_t)b << 16;
+      }
+    }
+  }
+  // Slot s converted anew: the volatile moves keep the compiler from holding a first pass's converted values live
+  // across the reduction into the next pass (that doubled the registers and spilled).
+  __device__ __forceinline__ void fresh(int s, A (&x)[VEC]) const {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      w[i] = u[s][i];
+      asm volatile("mov.b32 %0, %0;" : "+r"(w[i]));
+    }
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) x[e] = VEC == 4 ? word_elem<T>(w[e], 0) : word_elem<T>(w[e >> 1], e & 1);
+  }
+};
+
+// Stores slot s's VEC values (in acc_t) to `row` at column c (c < N, N a multiple of VEC).
+template <class T> __device__ __forceinline__ void store(T* __restrict__ row, int c, const acc_t<T> (&x)[16 / sizeof(T)]) {
+  constexpr int VEC = 16 / sizeof(T);
+  Vec<T, VEC> o;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) o.v[e] = from_acc<T>(x[e]);
+  *reinterpret_cast<Vec<T, VEC>*>(row + c) = o;
+}
+
+// Slot at column c (< N) of a per-column parameter vector (weight, bias; contiguous, 16-byte aligned), in acc_t.
+template <class T> __device__ __forceinline__ void load_param(const T* __restrict__ p, int c, acc_t<T> (&x)[16 / sizeof(T)]) {
+  constexpr int VEC = 16 / sizeof(T);
+  const Vec<T, VEC> t = *reinterpret_cast<const Vec<T, VEC>*>(p + c);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) x[e] = to_acc(t.v[e]);
+}
+
+template <class A> __device__ __forceinline__ A shfl_xor(A v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
+template <class A> __device__ __forceinline__ Pair<A> shfl_xor(Pair<A> v, int o) {
+  return {__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
+}
+
+struct Sum {
+  template <class A> __device__ __forceinline__ A operator()(A x, A y) const { return x + y; }
+  template <class A> __device__ __forceinline__ Pair<A> operator()(Pair<A> x, Pair<A> y) const {
+    return {x.a + y.a, x.b + y.b};
+  }
+};
+struct Max {
+  template <class A> __device__ __forceinline__ A operator()(A x, A y) const { return y > x ? y : x; }
+};
+
+// Combines one value per thread over each row's thread group; every thread of the row gets the result, in the
+// same bits. Above 32 threads per row, each warp's total goes to a shared slot, one barrier, then each warp
+// reduces its row's slots with shuffles. Two slot sets alternate: a warp writing reduction k + 2's slots has
+// passed reduction k + 1's barrier, which no thread reaches before it has read reduction k's slots.
+struct RowReduce {
+  unsigned char* buf;  // shared: 2 sets of 32 slots of up to 16 bytes
+  int tpr;
+  int phase = 0;
+  __device__ RowReduce(unsigned char* b, int tpr_) : buf(b), tpr(tpr_) {}
+  template <class V, class Op> __device__ __forceinline__ V operator()(V v, Op op, V identity) {
+    const int width = tpr < 32 ? tpr : 32;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      if (o < width) v = op(v, shfl_xor(v, o));
+    if (tpr <= 32) return v;
+    V* red = reinterpret_cast<V*>(buf + phase * 512);
+    phase ^= 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = tpr >> 5;
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    const int first = warp - (threadIdx.x % tpr >> 5);  // the row's first warp
+    v = lane < nw ? red[first + lane] : identity;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
+    return v;
+  }
+};
+
+// Launch of a fast-path kernel: grid = the CTAs that cover M rows, or at most `cap` CTAs (row loop).
+template <class... KArgs, class... Args>
+int launch(const Geo& g, int64_t grid, void (*kernel)(KArgs...), cudaStream_t stream, Args&&... args) {
+  if (grid <= 0) return MYOPS_OK;
+  kernel<<<(unsigned)grid, (unsigned)g.threads, 0, stream>>>(std::forward<Args>(args)...);
+  return launch_status();
+}
+inline int64_t cover_grid(const Geo& g, int64_t M) { return std::min<int64_t>(ceil_div(M, g.rows), 1 << 30); }
+
+// CTAs that fit on the chip at once (for kernels that loop over rows and keep per-column sums), never more than
+// the rows need; -1 if the kernel cannot run with g.threads threads.
+template <class K> int64_t resident_grid(const Geo& g, K kernel, int64_t M) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads, 0) != cudaSuccess || per_sm < 1)
+    return -1;
+  return std::min<int64_t>((int64_t)per_sm * sm_count(), ceil_div(M, g.rows));
+}
+
+}  // namespace rr
+}  // namespace myops
