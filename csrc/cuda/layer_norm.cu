@@ -299,16 +299,6 @@ template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
   if constexpr (MaxNs == 0) return {};
   else return rr::geometry(N, elem, MaxNs, 512, bwd ? rr::target_tpr_bwd() : rr::target_tpr());
 }
-bool rr_ok(std::initializer_list<myops_operand> ins, std::initializer_list<myops_out_operand> outs, const void* w,
-           const void* b, int64_t M, int64_t N, int es) {
-  for (const myops_operand& o : ins)
-    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
-  for (const myops_out_operand& o : outs)
-    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
-  return rr::param_ok(w) && rr::param_ok(b);
-}
-// dx as the C++ layer allocates it (contiguous [M, N]): what the workspace query assumes.
-myops_out_operand contiguous_out(int64_t N) { return {reinterpret_cast<void*>(uintptr_t(256)), N, 1}; }
 template <class T> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool params) {
   if (!params) return rr::cover_grid(g, M);
   return rr::with_ns<kBwdNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {
@@ -329,7 +319,7 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
     using T = decltype(tag);
     constexpr int es = sizeof(T);
     const rr::Geo g = rr_geo<kFwdNs<T>>(N, es);
-    if (g.ns && rr_ok({x}, {y}, w, b, M, N, es)) {
+    if (g.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
       return rr::with_ns<kFwdNs<T>>(g.ns, [&](auto ns) -> int {
         return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, decltype(ns)::value>,
                           static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
@@ -360,7 +350,7 @@ extern "C" int64_t myops_layer_norm_backward_ws_cuda(myops_operand dy, myops_ope
   dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
     const rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T), true);
-    if (g.ns && rr_ok({dy, x}, {contiguous_out(N)}, w, nullptr, M, N, sizeof(T))) {
+    if (g.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T))) {
       const int64_t grid = rr_bwd_grid<T>(g, M, true);
       rows_ = grid < 0 ? -1 : grid * g.rows;
       return (int)MYOPS_OK;
@@ -382,9 +372,9 @@ extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, my
     using T = decltype(tag);
     constexpr int es = sizeof(T);
     const rr::Geo g = rr_geo<kBwdNs<T>>(N, es, true);
-    if (g.ns && rr_ok({dy, x}, {contiguous_out(N)}, w, nullptr, M, N, es)) {
+    if (g.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
       // the workspace was sized for this path: dx must qualify too (the C++ layer allocates it contiguous)
-      if (!rr_ok({}, {dx}, nullptr, nullptr, M, N, es)) return (int)MYOPS_EARG;
+      if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;
       const int64_t grid = rr_bwd_grid<T>(g, M, ws != nullptr);
       if (grid < 0) return (int)MYOPS_EARG;
       return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {

@@ -18,6 +18,7 @@
 // engine; the host entry of each op tries this path first.
 #pragma once
 #include <cstdlib>
+#include <initializer_list>
 #include <type_traits>
 
 #include "rows.cuh"
@@ -87,6 +88,20 @@ inline bool operand_ok(const void* p, int64_t row_stride, int64_t col_stride, in
   return rows::vec_ok(p, row_stride, col_stride, M, N, elem);
 }
 inline bool param_ok(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+// Whether an op may take the fast path: every input (a null one is absent), output and per-column parameter
+// vector qualifies.
+inline bool operands_ok(std::initializer_list<myops_operand> ins, std::initializer_list<myops_out_operand> outs,
+                        std::initializer_list<const void*> params, int64_t M, int64_t N, int es) {
+  for (const myops_operand& o : ins)
+    if (o.ptr != nullptr && !operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
+  for (const myops_out_operand& o : outs)
+    if (!operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
+  for (const void* p : params)
+    if (!param_ok(p)) return false;
+  return true;
+}
+// An output as the C++ layer allocates it (contiguous [M, N]): what a workspace-size query assumes of dx.
+inline myops_out_operand contiguous_out(int64_t N) { return {reinterpret_cast<void*>(uintptr_t(256)), N, 1}; }
 
 // Calls f(std::integral_constant<int, NS>{}) for ns in {1, 2, 4, 8} up to MaxNs (the only ones instantiated;
 // MaxNs = 0: none).

@@ -295,14 +295,6 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if constexpr (kBwdNs<T> == 0) return {};
   else return rr::geometry(N, sizeof(T), kBwdNs<T>, 512, rr::target_tpr_bwd());
 }
-inline bool rr_ok(std::initializer_list<myops_operand> ins, std::initializer_list<myops_out_operand> outs,
-                  const void* w, int64_t M, int64_t N, int es) {
-  for (const myops_operand& o : ins)  // a null operand is an absent one
-    if (o.ptr != nullptr && !rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
-  for (const myops_out_operand& o : outs)
-    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
-  return rr::param_ok(w);
-}
 // The backward fast path's grid with a dw workspace (-1: none fits).
 template <class T, bool ADD> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool dw) {
   if (!dw) return rr::cover_grid(g, M);
@@ -326,7 +318,7 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
     using T = decltype(tag);
     const int es = sizeof(T);
     const rr::Geo g = rr_fwd_geo<T, ADD>(N);
-    if (g.ns && rr_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, w, M, N, es)) {
+    if (g.ns && rr::operands_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, {w}, M, N, es)) {
       return rr::with_ns<kFwdNs<T, ADD>>(g.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
         return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, NS, ADD>, static_cast<cudaStream_t>(stream),
@@ -350,9 +342,6 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
   });
 }
 
-// dx as the C++ layer allocates it (contiguous [M, N]): what the workspace query assumes.
-inline myops_out_operand contiguous_out(int64_t N) { return {reinterpret_cast<void*>(uintptr_t(256)), N, 1}; }
-
 // Rows of the dw workspace [rows, N] the backward pass needs for these operands (0 when there is no weight, -1 if
 // no launch configuration fits this device); the backward pass accumulates dw exactly when it gets a workspace.
 inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand ds_out, const void* w, int64_t M,
@@ -362,7 +351,7 @@ inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand
   dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
     const rr::Geo g = rr_bwd_geo<T>(N);
-    if (g.ns && rr_ok({dy, s, add ? ds_out : s}, {contiguous_out(N)}, w, M, N, sizeof(T))) {
+    if (g.ns && rr::operands_ok({dy, s, add ? ds_out : s}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T))) {
       const int64_t grid = add ? rr_bwd_grid<T, true>(g, M, true) : rr_bwd_grid<T, false>(g, M, true);
       rows_ = grid < 0 ? -1 : grid * g.rows;
       return (int)MYOPS_OK;
@@ -384,9 +373,9 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
     const int es = sizeof(T);
     const rr::Geo g = rr_bwd_geo<T>(N);
     const myops_operand ds_in = ADD ? ds_out : s;
-    if (g.ns && rr_ok({dy, s, ds_in}, {contiguous_out(N)}, w, M, N, es)) {
+    if (g.ns && rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
       // the workspace was sized for this path: dx must qualify too (the C++ layer allocates it contiguous)
-      if (!rr_ok({}, {dx}, nullptr, M, N, es)) return (int)MYOPS_EARG;
+      if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;
       const int64_t grid = rr_bwd_grid<T, ADD>(g, M, ws != nullptr);
       if (grid < 0) return (int)MYOPS_EARG;
       return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {

@@ -207,14 +207,6 @@ template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem) {
   if constexpr (MaxNs == 0) return {};
   else return rr::geometry(N, elem, MaxNs, elem == 4 ? 1024 : 512, rr::target_tpr());
 }
-inline bool rr_ok(std::initializer_list<myops_operand> ins, std::initializer_list<myops_out_operand> outs, int64_t M,
-                  int64_t N, int es) {
-  for (const myops_operand& o : ins)
-    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
-  for (const myops_out_operand& o : outs)
-    if (!rr::operand_ok(o.ptr, o.row_stride, o.col_stride, M, N, es)) return false;
-  return true;
-}
 
 template <bool LOG>
 int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtype, void* stream) {
@@ -223,7 +215,7 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
     using T = decltype(tag);
     constexpr int es = sizeof(T);
     const rr::Geo g = rr_geo<kFwdNs<T>>(N, es);
-    if (g.ns && rr_ok({x}, {y}, M, N, es)) {
+    if (g.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
       return rr::with_ns<kFwdNs<T>>(g.ns, [&](auto ns) -> int {
         return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, decltype(ns)::value, LOG>,
                           static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
@@ -248,7 +240,7 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
     using T = decltype(tag);
     constexpr int es = sizeof(T);
     const rr::Geo g = rr_geo<kBwdNs<T>>(N, es);
-    if (g.ns && rr_ok({dy, y}, {dx}, M, N, es)) {
+    if (g.ns && rr::operands_ok({dy, y}, {dx}, {}, M, N, es)) {
       return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {
         return rr::launch(g, rr::cover_grid(g, M), rr_bwd_kernel<T, decltype(ns)::value, LOG>,
                           static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr), dx.row_stride,
