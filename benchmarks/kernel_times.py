@@ -8,7 +8,6 @@ the kernel is one of ours; the bench's totals include these plus host overheads 
 import argparse
 
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 import ops

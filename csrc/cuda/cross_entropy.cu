@@ -129,27 +129,9 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(acc_t<T>* 
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> v;
-    if (live) v.load(x + r * xs, C, l.t, tpr, ninf);
-    else v.fill(ninf);
-    A m = neg_inf<A>();
-#pragma unroll
-    for (int s = 0; s < NS; ++s)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) m = v.at(s, e) > m ? v.at(s, e) : m;
-    m = red(m, rr::Max{}, neg_inf<A>());
-    A se = A(0), sx = A(0);
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      if (rr::Regs<T, NS>::col(s, l.t, tpr) >= C) break;
-      A a[VEC];
-      v.fresh(s, a);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        se += a[e] == neg_inf<A>() ? A(0) : exp_of<T>(a[e] - m);
-        sx += a[e];
-      }
-    }
-    const Pair<A> tot = red(Pair<A>{se, sx}, rr::Sum{}, Pair<A>{A(0), A(0)});
+    v.load_row(x, xs, r, M, C, l.t, tpr, ninf);
+    const A m = red(rr::thread_max(v), rr::Max{}, neg_inf<A>());
+    const Pair<A> tot = red(rr::thread_exp_sum<true>(v, m, C, l.t, tpr), rr::Sum{}, Pair<A>{A(0), A(0)});
     if (!live || l.t != 0) continue;
     const int64_t tg = target[r * t_stride];
     const A ls = log_of<T>(tot.a);

@@ -155,8 +155,7 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> v;
-    if (live) v.load(x + r * xs, N, l.t, tpr, zero);
-    else v.fill(zero);
+    v.load_row(x, xs, r, M, N, l.t, tpr, zero);
     A sum = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
@@ -222,22 +221,15 @@ __global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t
     for (int e = 0; e < VEC; ++e) dw[s][e] = db[s][e] = A(0);
   // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
   // sums leave room for, a row's load latency would otherwise stall the SM.
-  const auto fetch = [&](int64_t row, rr::Regs<T, NS>& a, rr::Regs<T, NS>& b) {
-    if (row < M) {
-      a.load(dy + row * dys, N, l.t, tpr, zero);
-      b.load(x + row * xs, N, l.t, tpr, zero);
-    } else {
-      a.fill(zero);
-      b.fill(zero);
-    }
-  };
   rr::Regs<T, NS> g, v;
-  fetch(l.first() + l.slot, g, v);
+  g.load_row(dy, dys, l.first() + l.slot, M, N, l.t, tpr, zero);
+  v.load_row(x, xs, l.first() + l.slot, M, N, l.t, tpr, zero);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> gn, vn;
-    fetch(r + l.step(), gn, vn);
+    gn.load_row(dy, dys, r + l.step(), M, N, l.t, tpr, zero);
+    vn.load_row(x, xs, r + l.step(), M, N, l.t, tpr, zero);
     const A mu = live ? mean[r] : A(0), rs = live ? rstd[r] : A(0);
     A sg = A(0), sgx = A(0);
 #pragma unroll

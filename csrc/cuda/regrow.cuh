@@ -175,6 +175,12 @@ template <class T, int NS> struct Regs {
       }
     }
   }
+  // Row `row` of an [M, N] operand with row stride rs; a row past M (a CTA's spare row slot) reads `fill`.
+  __device__ __forceinline__ void load_row(const T* __restrict__ base, int64_t rs, int64_t row, int64_t M, int N,
+                                           int t, int tpr, T fill_value) {
+    if (row < M) load(base + row * rs, N, t, tpr, fill_value);
+    else fill(fill_value);
+  }
   __device__ __forceinline__ void fill(T fill_value) {
     const uint32_t f = splat_word(fill_value);
 #pragma unroll
@@ -212,6 +218,37 @@ template <class T, int NS> struct Regs {
     for (int e = 0; e < VEC; ++e) x[e] = VEC == 4 ? word_elem<T>(w[e], 0) : word_elem<T>(w[e >> 1], e & 1);
   }
 };
+
+// Softmax statistics of a row held in Regs (both ops that need them, softmax and cross_entropy, fill with -inf).
+// The maximum over this thread's elements.
+template <class T, int NS> __device__ __forceinline__ acc_t<T> thread_max(const Regs<T, NS>& v) {
+  acc_t<T> m = rows::neg_inf<acc_t<T>>();
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+#pragma unroll
+    for (int e = 0; e < Regs<T, NS>::VEC; ++e) m = v.at(s, e) > m ? v.at(s, e) : m;
+  return m;
+}
+// (sum of exp(x - m), sum of x if SUM_X) over this thread's elements of the row's N; -inf elements (the fill past
+// N too) add 0 to the first, also when m is -inf: a row of -inf gives sum 0, as the eager ops' NaN outputs expect.
+template <bool SUM_X, class T, int NS>
+__device__ __forceinline__ Pair<acc_t<T>> thread_exp_sum(const Regs<T, NS>& v, acc_t<T> m, int N, int t, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = Regs<T, NS>::VEC;
+  A se = A(0), sx = A(0);
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    if (SUM_X && Regs<T, NS>::col(s, t, tpr) >= N) break;  // the fill must not enter sum(x)
+    A a[VEC];
+    v.fresh(s, a);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      se += a[e] == rows::neg_inf<A>() ? A(0) : rows::exp_of<T>(a[e] - m);
+      if (SUM_X) sx += a[e];
+    }
+  }
+  return {se, sx};
+}
 
 // Stores slot s's VEC values (in acc_t) to `row` at column c (c < N, N a multiple of VEC).
 template <class T> __device__ __forceinline__ void store(T* __restrict__ row, int c, const acc_t<T> (&x)[16 / sizeof(T)]) {

@@ -159,12 +159,10 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> v;
-    if (live) v.load(x + r * xs, N, l.t, tpr, zero);
-    else v.fill(zero);
+    v.load_row(x, xs, r, M, N, l.t, tpr, zero);
     if constexpr (ADD) {
       rr::Regs<T, NS> u;
-      if (live) u.load(res + r * rs_, N, l.t, tpr, zero);
-      else u.fill(zero);
+      u.load_row(res, rs_, r, M, N, l.t, tpr, zero);
 #pragma unroll
       for (int s = 0; s < NS; ++s) {
         A a[VEC];
@@ -221,22 +219,15 @@ __global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t
     for (int e = 0; e < VEC; ++e) dw[s][e] = A(0);
   // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
   // sums leave room for, a row's load latency would otherwise stall the SM.
-  const auto fetch = [&](int64_t row, rr::Regs<T, NS>& a, rr::Regs<T, NS>& b) {
-    if (row < M) {
-      a.load(dy + row * dys, N, l.t, tpr, zero);
-      b.load(sx + row * sxs, N, l.t, tpr, zero);
-    } else {
-      a.fill(zero);
-      b.fill(zero);
-    }
-  };
   rr::Regs<T, NS> g, v;
-  fetch(l.first() + l.slot, g, v);
+  g.load_row(dy, dys, l.first() + l.slot, M, N, l.t, tpr, zero);
+  v.load_row(sx, sxs, l.first() + l.slot, M, N, l.t, tpr, zero);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> gn, vn;
-    fetch(r + l.step(), gn, vn);
+    gn.load_row(dy, dys, r + l.step(), M, N, l.t, tpr, zero);
+    vn.load_row(sx, sxs, r + l.step(), M, N, l.t, tpr, zero);
     const A rs = live ? rstd[r] : A(0);
     A dot = A(0);
 #pragma unroll

@@ -121,23 +121,9 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> v;
-    if (live) v.load(x + r * xs, N, l.t, tpr, ninf);
-    else v.fill(ninf);
-    A m = neg_inf<A>();
-#pragma unroll
-    for (int s = 0; s < NS; ++s)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) m = v.at(s, e) > m ? v.at(s, e) : m;
-    m = red(m, rr::Max{}, neg_inf<A>());
-    A sum = A(0);
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      A a[VEC];
-      v.fresh(s, a);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) sum += a[e] == neg_inf<A>() ? A(0) : exp_of<T>(a[e] - m);
-    }
-    sum = red(sum, rr::Sum{}, A(0));
+    v.load_row(x, xs, r, M, N, l.t, tpr, ninf);
+    const A m = red(rr::thread_max(v), rr::Max{}, neg_inf<A>());
+    const A sum = red(rr::thread_exp_sum<false>(v, m, N, l.t, tpr).a, rr::Sum{}, A(0));
     if (!live) continue;
     const A logs = log_of<T>(sum), inv = A(1) / sum;
 #pragma unroll
@@ -172,13 +158,8 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_bwd_kernel(T* __restr
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> g, v;
-    if (live) {
-      g.load(dy + r * dys, N, l.t, tpr, zero);
-      v.load(y + r * ys, N, l.t, tpr, zero);
-    } else {
-      g.fill(zero);
-      v.fill(zero);
-    }
+    g.load_row(dy, dys, r, M, N, l.t, tpr, zero);
+    v.load_row(y, ys, r, M, N, l.t, tpr, zero);
     A acc = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
