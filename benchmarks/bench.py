@@ -5,8 +5,8 @@ device-to-device copy bandwidth.
     PYTHONPATH=. python benchmarks/bench.py [--ops add,relu] [--dtypes bf16,fp32] [--shape 16384,4096]
         [--no-compile] [--no-backward] [--markdown results.md] [--device cpu]
 
-On CUDA, times with triton.testing.do_bench (median; it flushes L2) or, without triton, a CUDA-event loop that
-zeroes a 256 MB buffer before every run. ``--device cpu`` is a smoke run of the same logic (perf_counter median).
+On CUDA, times with CUDA events (median of 100 runs, each after a 256 MB L2 flush and a GPU sleep that lets the
+host queue the run ahead, so host overhead is not timed; see make_timer). ``--device cpu`` is a smoke run of the same logic (perf_counter median).
 Correctness of myops vs eager is checked first; mismatches are listed after the table (exit status 1).
 Adding an op is one ``Case`` in ``CASES``.
 """
@@ -185,15 +185,16 @@ CASES = [
 
 
 def make_timer(device: torch.device) -> tuple[str, Callable[[Callable[[], object]], float]]:
-    """(name, time_us): time_us(fn) is the median run time of fn in microseconds on device."""
+    """(name, time_us): time_us(fn) is the median run time of fn in microseconds on device.
+
+    On CUDA, each timed run is queued behind an L2 flush and a GPU sleep, so that the host enqueues fn's launches
+    while the GPU is still busy: the events then time the GPU work alone. Without the sleep (triton's do_bench),
+    forward+backward rows measured the host's autograd and launch overhead instead, and moved by up to 2x from run to
+    run on the same kernels (BENCHMARKS.md).
+    """
     if device.type == "cpu":
         return "perf_counter median", time_cpu
-    try:
-        import triton.testing
-    except ImportError:
-        return "CUDA events median (L2 flushed)", time_cuda_events
-    return "triton do_bench median", lambda fn: triton.testing.do_bench(fn, warmup=25, rep=100,
-                                                                           return_mode="median") * 1e3
+    return "CUDA events median (L2 flushed, host run-ahead)", time_cuda_events
 
 
 def time_cpu(fn: Callable[[], object], warmup: int = 3, reps: int = 20) -> float:
@@ -208,14 +209,19 @@ def time_cpu(fn: Callable[[], object], warmup: int = 3, reps: int = 20) -> float
     return statistics.median(times)
 
 
-def time_cuda_events(fn: Callable[[], object], warmup: int = 10, reps: int = 100) -> float:
-    """Median CUDA-event time of fn (µs), zeroing a 256 MB buffer before each run to flush L2."""
+def time_cuda_events(fn: Callable[[], object], warmup: int = 10, reps: int = 100,
+                     sleep_cycles: int = 4_000_000) -> float:
+    """Median CUDA-event time of fn (µs): before each run, a 256 MB buffer is zeroed (flushes L2) and the GPU sleeps
+    for sleep_cycles (about 2 ms) while the host queues fn, so host overhead stays out of the time. An op that
+    synchronizes with the host inside fn is timed with that wait."""
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     for _ in range(warmup):
         fn()
+    torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for start, end in events:
         flush.zero_()
+        torch.cuda._sleep(sleep_cycles)
         start.record()
         fn()
         end.record()
