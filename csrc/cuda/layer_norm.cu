@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
 
 // ws: [2][owners = gridDim.x * rows][N] dw, db partials (one row per row slot of each CTA), or null.
 template <class T, int NS>
-__global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+__global__ void __launch_bounds__(1024) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
                                                      acc_t<T>* __restrict__ ws,            // [2, owners, N]
                                                      const T* __restrict__ dy, int64_t dys,  // [M, N]
                                                      const T* __restrict__ x, int64_t xs,    // [M, N]
@@ -222,6 +222,9 @@ __global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t
   // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
   // sums leave room for, a row's load latency would otherwise stall the SM.
   rr::Regs<T, NS> g, v;
+  // the row statistics are prefetched with the rows: a load per row on the critical path stalled every iteration
+  const int64_t r_first = l.first() + l.slot;
+  A mu_n = r_first < M ? mean[r_first] : A(0), rs_n = r_first < M ? rstd[r_first] : A(0);
   g.load_row(dy, dys, l.first() + l.slot, M, N, l.t, tpr, zero);
   v.load_row(x, xs, l.first() + l.slot, M, N, l.t, tpr, zero);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
@@ -230,7 +233,9 @@ __global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t
     rr::Regs<T, NS> gn, vn;
     gn.load_row(dy, dys, r + l.step(), M, N, l.t, tpr, zero);
     vn.load_row(x, xs, r + l.step(), M, N, l.t, tpr, zero);
-    const A mu = live ? mean[r] : A(0), rs = live ? rstd[r] : A(0);
+    const A mu = mu_n, rs = rs_n;
+    mu_n = r + l.step() < M ? mean[r + l.step()] : A(0);
+    rs_n = r + l.step() < M ? rstd[r + l.step()] : A(0);
     A sg = A(0), sgx = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
@@ -284,12 +289,14 @@ __global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t
 }
 
 // Vectors per thread (0: fp64 takes the rows.cuh engine). Backward holds dy and x of two rows (prefetch), the
-// weight and two sums (VEC fp32 per vector) of each, so it stops at 2 vectors (4 spilled in fp32).
+// weight and two sums (VEC fp32 per vector) of each: one vector per thread and up to 1024 threads keep it within 64
+// registers (at two vectors it took 92-113 registers, one or two CTAs per SM).
 template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
-template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 2;
+template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 1;
 template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
   if constexpr (MaxNs == 0) return {};
-  else return rr::geometry(N, elem, MaxNs, 512, bwd ? rr::target_tpr_bwd() : rr::target_tpr());
+  else if (bwd) return rr::geometry(N, elem, MaxNs, 1024, rr::target_tpr_bwd());
+  else return rr::geometry(N, elem, MaxNs, 512, rr::target_tpr());
 }
 template <class T> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool params) {
   if (!params) return rr::cover_grid(g, M);

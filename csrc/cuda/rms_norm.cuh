@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
 
 // ws: [gridDim.x * rows, N] dw partials (one row per row slot of each CTA), or null.
 template <class T, int NS, bool ADD>
-__global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,          // [M, N]
+__global__ void __launch_bounds__(rr::bwd_max_threads<T>()) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,          // [M, N]
                                                      acc_t<T>* __restrict__ ws,                // [owners, N]
                                                      const T* __restrict__ dy, int64_t dys,    // [M, N]
                                                      const T* __restrict__ sx, int64_t sxs,    // [M, N]
@@ -220,6 +220,7 @@ __global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t
   // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
   // sums leave room for, a row's load latency would otherwise stall the SM.
   rr::Regs<T, NS> g, v;
+  A rs_n = l.first() + l.slot < M ? rstd[l.first() + l.slot] : A(0);  // prefetched like the rows
   g.load_row(dy, dys, l.first() + l.slot, M, N, l.t, tpr, zero);
   v.load_row(sx, sxs, l.first() + l.slot, M, N, l.t, tpr, zero);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
@@ -228,7 +229,8 @@ __global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t
     rr::Regs<T, NS> gn, vn;
     gn.load_row(dy, dys, r + l.step(), M, N, l.t, tpr, zero);
     vn.load_row(sx, sxs, r + l.step(), M, N, l.t, tpr, zero);
-    const A rs = live ? rstd[r] : A(0);
+    const A rs = rs_n;
+    rs_n = r + l.step() < M ? rstd[r + l.step()] : A(0);
     A dot = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
@@ -276,7 +278,7 @@ __global__ void __launch_bounds__(512) rr_bwd_kernel(T* __restrict__ dx, int64_t
 // Vectors per thread (0: fp64, which always takes the rows.cuh engine). Forward holds x (and the residual); backward
 // holds dy, x, the weight and the dw sums (VEC fp32 per vector), so it stops at 64 bytes of each per thread.
 template <class T, bool ADD> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : ADD ? 4 : 8;
-template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 4 : 2;
+template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 4 : 1;  // rr::bwd_max_threads
 
 template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
   if constexpr (kFwdNs<T, ADD> == 0) return {};
@@ -284,7 +286,7 @@ template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
 }
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if constexpr (kBwdNs<T> == 0) return {};
-  else return rr::geometry(N, sizeof(T), kBwdNs<T>, 512, rr::target_tpr_bwd());
+  else return rr::geometry(N, sizeof(T), kBwdNs<T>, rr::bwd_max_threads<T>(), rr::target_tpr_bwd());
 }
 // The backward fast path's grid with a dw workspace (-1: none fits).
 template <class T, bool ADD> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool dw) {
