@@ -15,8 +15,13 @@ namespace {
 using namespace myops;
 using namespace myops::rows;
 
-// The target clamped into the row: the caller validated it, and a bad index must never read outside the row.
-__device__ __forceinline__ int64_t clamp_target(int64_t tg, int64_t C) { return tg < 0 ? 0 : (tg >= C ? C - 1 : tg); }
+// A row's target (not ignore_index) clamped into the row, so that a bad index never reads outside it; a bad one
+// also records 1 + its row in *bad (first come), which the caller turns into an error once the launches are queued.
+__device__ __forceinline__ int64_t checked_target(int64_t tg, int64_t C, int64_t r, unsigned long long* bad) {
+  if (tg >= 0 && tg < C) return tg;
+  atomicCAS(bad, 0ull, (unsigned long long)(r + 1));
+  return tg < 0 ? 0 : C - 1;
+}
 
 template <class T>
 __global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __restrict__ loss,      // [M]
@@ -24,7 +29,8 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __rest
                                                              myops_operand x,                  // [M, C]
                                                              const int64_t* __restrict__ target, int64_t t_stride,
                                                              int64_t M, int64_t C, int64_t ignore_index,
-                                                             acc_t<T> smoothing, int vec_mask, Plan p) {
+                                                             acc_t<T> smoothing, unsigned long long* bad,
+                                                             int vec_mask, Plan p) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ Pair<A> red[32], cred[2];
@@ -64,7 +70,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __rest
       if (tg == ignore_index) {
         loss[r] = A(0);
       } else {
-        const int64_t tc = clamp_target(tg, C);
+        const int64_t tc = checked_target(tg, C, r, bad);
         const A xt = to_acc(static_cast<const T*>(x.ptr)[r * x.row_stride + tc * x.col_stride]);
         A l = ls + (A(1) - smoothing) * (ms.a - xt);
         if (smoothing != A(0)) l += smoothing * (ms.a - sum_x / A(C));
@@ -118,7 +124,7 @@ __global__ void __launch_bounds__(1024) rr_fwd_kernel(acc_t<T>* __restrict__ los
                                                       const T* __restrict__ x, int64_t xs,  // [M, C]
                                                       const int64_t* __restrict__ target, int64_t t_stride,
                                                       int64_t M, int C, int64_t ignore_index, acc_t<T> smoothing,
-                                                      int tpr) {
+                                                      unsigned long long* bad, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[1024];
@@ -136,7 +142,7 @@ __global__ void __launch_bounds__(1024) rr_fwd_kernel(acc_t<T>* __restrict__ los
     A xt = A(0);
     if (live && l.t == 0) {
       tg = target[r * t_stride];
-      if (tg != ignore_index) xt = to_acc(x[r * xs + clamp_target(tg, C)]);
+      if (tg != ignore_index) xt = to_acc(x[r * xs + checked_target(tg, C, r, bad)]);
     }
     const A m = red(rr::thread_max(v), rr::Max{}, neg_inf<A>());
     const Pair<A> tot = red(rr::thread_exp_sum<true>(v, m, C, l.t, tpr), rr::Sum{}, Pair<A>{A(0), A(0)});
@@ -204,7 +210,8 @@ template <class T> rr::Geo rr_geo(int64_t C) {
 
 }  // namespace
 
-extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, myops_operand x, const int64_t* target,
+// bad: one zeroed uint64; set to 1 + a row whose target is outside [0, C) (and not ignore_index).
+extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, void* bad, myops_operand x, const int64_t* target,
                                         int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index,
                                         double smoothing, int dtype, void* stream) {
   if (M <= 0 || C <= 0) return MYOPS_OK;
@@ -217,7 +224,8 @@ extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, myops_operand x
         return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, decltype(ns)::value>,
                           static_cast<cudaStream_t>(stream), static_cast<acc_t<T>*>(loss),
                           static_cast<acc_t<T>*>(stats), static_cast<const T*>(x.ptr), x.row_stride, target, t_stride,
-                          M, (int)C, ignore_index, (acc_t<T>)smoothing, g.tpr);
+                          M, (int)C, ignore_index, (acc_t<T>)smoothing, static_cast<unsigned long long*>(bad),
+                          g.tpr);
       });
     }
     Plan p = make_plan(M, C, es, 1, 0, 0, false);
@@ -226,7 +234,8 @@ extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, myops_operand x
     if (rc) return rc;
     const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, C, es);
     return launch(p, kernel, static_cast<cudaStream_t>(stream), static_cast<acc_t<T>*>(loss),
-                  static_cast<acc_t<T>*>(stats), x, target, t_stride, M, C, ignore_index, (acc_t<T>)smoothing, mask, p);
+                  static_cast<acc_t<T>*>(stats), x, target, t_stride, M, C, ignore_index, (acc_t<T>)smoothing,
+                  static_cast<unsigned long long*>(bad), mask, p);
   });
 }
 

@@ -11,8 +11,8 @@
 
 namespace {
 using FwdCpu = int (*)(void*, void*, myops_operand, const int64_t*, int64_t, int64_t, int64_t, int64_t, double, int);
-using FwdCuda = int (*)(void*, void*, myops_operand, const int64_t*, int64_t, int64_t, int64_t, int64_t, double, int,
-                        void*);
+using FwdCuda = int (*)(void*, void*, void*, myops_operand, const int64_t*, int64_t, int64_t, int64_t, int64_t, double,
+                        int, void*);
 using BwdCpu = int (*)(myops_out_operand, myops_operand, const int64_t*, int64_t, const void*, const void*, int64_t,
                        int64_t, int64_t, int64_t, double, int);
 using BwdCuda = int (*)(myops_out_operand, myops_operand, const int64_t*, int64_t, const void*, const void*, int64_t,
@@ -55,14 +55,17 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
   const at::Tensor x2 = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
   const at::Tensor t1 = target.reshape({-1});
   const int64_t M = x2.size(0), C = x2.size(1);
-  if (M > 0) {
+  const auto bad_target = [&](int64_t v) {
+    TORCH_CHECK(false, "myops.cross_entropy: target contains class index ", myops::str(v), " outside [0, ",
+                myops::str(C), ") (and it is not ignore_index ", myops::str(ignore_index), ")");
+  };
+  if (M > 0 && !logits.is_cuda()) {
     const at::Tensor bad = t1.lt(0).logical_and(t1.ne(ignore_index)).logical_or(t1.ge(C));
-    if (bad.any().item<bool>()) {
-      const int64_t v = t1.masked_select(bad)[0].item<int64_t>();
-      TORCH_CHECK(false, "myops.cross_entropy: target contains class index ", myops::str(v), " outside [0, ",
-                  myops::str(C), ") (and it is not ignore_index ", myops::str(ignore_index), ")");
-    }
+    if (bad.any().item<bool>()) bad_target(t1.masked_select(bad)[0].item<int64_t>());
   }
+  // GPU: the kernel flags a bad target (1 + its row); the flag is read once every launch of this op is queued, so
+  // that the one host sync the check needs leaves no gap on the GPU.
+  at::Tensor bad_row;
   const auto stat_opts = logits.options().dtype(myops::stat_dtype(logits));
   at::Tensor rows = at::empty({M}, stat_opts), stats = at::empty({M, 2}, stat_opts);
   if (M > 0) {
@@ -70,8 +73,10 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     if (logits.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
       const c10::cuda::OptionalCUDAGuard guard(logits.device());
-      const int rc = k_fwd_cuda.get()(rows.data_ptr(), stats.data_ptr(), v.op, t1.data_ptr<int64_t>(), t1.stride(0), M,
-                                      C, ignore_index, smoothing, dtype, myops::current_stream(logits));
+      bad_row = at::zeros({1}, logits.options().dtype(at::kLong));
+      const int rc = k_fwd_cuda.get()(rows.data_ptr(), stats.data_ptr(), bad_row.data_ptr(), v.op,
+                                      t1.data_ptr<int64_t>(), t1.stride(0), M, C, ignore_index, smoothing, dtype,
+                                      myops::current_stream(logits));
       myops::check_status(rc, op, "CUDA");
 #endif
     } else {
@@ -91,6 +96,10 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     at::Tensor total = rows.sum();
     if (red == Reduction::Mean) total = total.div(t1.ne(ignore_index).sum().to(total.scalar_type()));
     loss = total.to(logits.scalar_type());
+  }
+  if (bad_row.defined()) {
+    const int64_t r = bad_row.item<int64_t>();
+    if (r > 0) bad_target(t1[r - 1].item<int64_t>());
   }
   std::vector<int64_t> stats_shape(target.sizes().begin(), target.sizes().end());
   stats_shape.push_back(2);
