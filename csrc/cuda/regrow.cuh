@@ -2,7 +2,8 @@
 //
 // Applies when every [M, N] operand has unit column stride, a 16-byte aligned base and a row stride that keeps
 // every row 16-byte aligned, N is a multiple of the 16-byte vector (partial vectors made the compiler keep each
-// 16-bit element in its own register) and a row is at most NS * tpr vectors (NS <= 8 per thread, tpr <= 1024). A group of tpr threads owns a row; thread t holds vectors t, t + tpr, ..., t + (NS - 1) tpr:
+// 16-bit element in its own register) and a row is at most NS * tpr vectors (NS <= 8 per thread, tpr <= 1024).
+// A group of tpr threads owns a row; thread t holds vectors t, t + tpr, ..., t + (NS - 1) tpr:
 //
 //   row (N elements, VEC = 16 / sizeof(T) per vector):  | v0 v1 ... v(tpr-1) | v(tpr) ... | ... |
 //   thread t:                                              ^ slot 0             ^ slot 1     ...
@@ -12,8 +13,8 @@
 // HBM sees each input once and each output once. Row statistics are combined by xor shuffles inside a warp and,
 // for tpr > 32, through one shared slot per warp with a single barrier (two alternating slot sets, see RowReduce).
 // The grid covers the rows (a CTA never waits on a previous row); backward kernels with per-column sums instead
-// loop over rows with a grid of what fits on the chip, summing in registers, since a thread's columns are the same
-// on every row.
+// loop over rows with a grid of what fits on the chip, summing in registers (a thread's columns are the same on
+// every row) and loading the next row and its statistics before reducing the current one.
 // Rows that fail these conditions (strided columns, misaligned rows, more than 8192 vectors) take the rows.cuh
 // engine; the host entry of each op tries this path first.
 #pragma once
@@ -255,7 +256,8 @@ __device__ __forceinline__ Pair<acc_t<T>> thread_exp_sum(const Regs<T, NS>& v, a
 }
 
 // Stores slot s's VEC values (in acc_t) to `row` at column c (c < N, N a multiple of VEC).
-template <class T> __device__ __forceinline__ void store(T* __restrict__ row, int c, const acc_t<T> (&x)[16 / sizeof(T)]) {
+template <class T>
+__device__ __forceinline__ void store(T* __restrict__ row, int c, const acc_t<T> (&x)[16 / sizeof(T)]) {
   constexpr int VEC = 16 / sizeof(T);
   Vec<T, VEC> o;
 #pragma unroll
@@ -264,7 +266,8 @@ template <class T> __device__ __forceinline__ void store(T* __restrict__ row, in
 }
 
 // Slot at column c (< N) of a per-column parameter vector (weight, bias; contiguous, 16-byte aligned), in acc_t.
-template <class T> __device__ __forceinline__ void load_param(const T* __restrict__ p, int c, acc_t<T> (&x)[16 / sizeof(T)]) {
+template <class T>
+__device__ __forceinline__ void load_param(const T* __restrict__ p, int c, acc_t<T> (&x)[16 / sizeof(T)]) {
   constexpr int VEC = 16 / sizeof(T);
   const Vec<T, VEC> t = *reinterpret_cast<const Vec<T, VEC>*>(p + c);
 #pragma unroll

@@ -196,7 +196,8 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
 
 // ws: [gridDim.x * rows, N] dw partials (one row per row slot of each CTA), or null.
 template <class T, int NS, bool ADD>
-__global__ void __launch_bounds__(rr::bwd_max_threads<T>()) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,          // [M, N]
+__global__ void __launch_bounds__(rr::bwd_max_threads<T>())
+rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                      acc_t<T>* __restrict__ ws,                // [owners, N]
                                                      const T* __restrict__ dy, int64_t dys,    // [M, N]
                                                      const T* __restrict__ sx, int64_t sxs,    // [M, N]
