@@ -3,7 +3,7 @@ forward+backward, and reports time, achieved bandwidth (minimum bytes moved) and
 device-to-device copy bandwidth.
 
     PYTHONPATH=. python benchmarks/bench.py [--ops add,relu] [--dtypes bf16,fp32] [--shape 16384,4096]
-        [--no-compile] [--no-backward] [--markdown results.md] [--device cpu]
+        [--no-compile] [--no-backward] [--impls myops] [--variants-only] [--markdown results.md] [--device cpu]
 
 On CUDA, times with CUDA events (median of 100 runs, each after a 256 MB L2 flush and a GPU sleep that lets the
 host queue the run ahead, so host overhead is not timed; see make_timer). ``--device cpu`` is a smoke run of the same logic (perf_counter median).
@@ -278,6 +278,7 @@ def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable
     shape = args.shape if args.shape_given or case.shape is None else case.shape
     inputs = case.make_inputs(shape, dtype, args.device)
     impls = {"myops": case.myops_fn, "eager": case.torch_fn} | ({"compile": compiled} if compiled else {})
+    impls = {k: v for k, v in impls.items() if k in args.impls}
     label = f"{case.name} {DTYPE_NAMES[dtype]}"
     out = case.myops_fn(*inputs)
     failures = [check(f"{label} fwd", out, case.torch_fn(*(as64(inputs) if case.ref64 else inputs)), inputs)]
@@ -287,8 +288,8 @@ def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable
         grad = [torch.randn_like(t) for t in tensors(out)]
         grads = {impl: fwd_bwd(fn, inputs, grad) for impl, fn in impls.items()}
         want = (fwd_bwd(case.torch_fn, as64(inputs), [g.double() for g in grad])() if case.ref64
-                else grads["eager"]())
-        failures.append(check(f"{label} grads", grads["myops"](), want, inputs))
+                else fwd_bwd(case.torch_fn, inputs, grad)())
+        failures.append(check(f"{label} grads", fwd_bwd(case.myops_fn, inputs, grad)(), want, inputs))
         leaves = [t for t in tensors(inputs) if t.requires_grad]
         bwd = case.bwd_bytes(inputs, grad) if case.bwd_bytes else case.bytes(inputs + tuple(grad), leaves)
         nbytes = case.bytes(inputs, out) + bwd  # the backward re-reads the inputs it needs
@@ -338,11 +339,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-variants", dest="variants", action="store_false",
                    help="only each op's default shape (skip the long-row and layout variants)")
     p.add_argument("--no-compile", dest="compile", action="store_false", help="skip the torch.compile rows")
+    p.add_argument("--impls", default="myops,eager,compile", help="comma-separated rows to time, of myops, eager, "
+                   "compile (e.g. myops alone when tuning)")
+    p.add_argument("--variants-only", action="store_true", help="only the long-row and layout variants")
     p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True, help="time forward+backward")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as markdown to PATH")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = p.parse_args(argv)
     args.ops = args.ops.split(",")
+    args.impls = args.impls.split(",")
+    args.compile = args.compile and "compile" in args.impls
     unknown = set(args.ops) - {c.op for c in CASES}
     if unknown:
         p.error(f"unknown ops: {sorted(unknown)}")
@@ -362,7 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     timer, time_us = make_timer(args.device)
     copy_bw = copy_gbps(args.device, time_us)
     rows, failures = [], []
-    for case in (c for c in CASES if c.op in args.ops and (args.variants or not c.variant)):
+    for case in (c for c in CASES if c.op in args.ops and (args.variants or not c.variant)
+                 and (c.variant or not args.variants_only)):
         compiled = torch.compile(case.torch_fn, fullgraph=True) if args.compile else None
         for dtype in args.dtypes:
             try:

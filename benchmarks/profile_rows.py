@@ -3,8 +3,10 @@
     PYTHONPATH=. ncu --launch-skip 2 --launch-count 1 -k regex:rr_ --section SpeedOfLight --section Occupancy \
         --section WarpStateStats --section MemoryWorkloadAnalysis python benchmarks/profile_rows.py rms_norm_backward
 
-Each named op (default: rms_norm layer_norm) runs 3 times on [16384, 4096] bf16 (cross_entropy: [4096, 32000]).
+Each named op (default: rms_norm layer_norm) runs 3 times on [16384, 4096] bf16 (cross_entropy: [4096, 32000]);
+MYOPS_PROF_SHAPE=1024,65536 and MYOPS_PROF_DTYPE=fp32 change the shape and dtype of the row ops.
 """
+import os
 import sys
 
 import torch
@@ -12,9 +14,11 @@ import torch
 import ops  # noqa: F401  (registers torch.ops.myops)
 
 m = torch.ops.myops
-x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16)
+shape = tuple(int(s) for s in os.environ.get("MYOPS_PROF_SHAPE", "16384,4096").split(","))
+dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[os.environ.get("MYOPS_PROF_DTYPE", "bf16")]
+x = torch.randn(shape, device="cuda", dtype=dtype)
 g = torch.randn_like(x)
-w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(shape[-1], device="cuda", dtype=dtype)
 _, rstd = m.rms_norm(x, w)
 _, mean, lrstd = m.layer_norm(x, w, w)
 lg = torch.randn(4096, 32000, device="cuda", dtype=torch.bfloat16)
@@ -22,6 +26,7 @@ tg = torch.randint(0, 32000, (4096,), device="cuda")
 RUN = {
     "rms_norm": lambda: m.rms_norm(x, w),
     "layer_norm": lambda: m.layer_norm(x, w, w),
+    "softmax": lambda: m.softmax(x, -1),
     "rms_norm_backward": lambda: m.rms_norm_backward(g, x, rstd, w, True),
     "layer_norm_backward": lambda: m.layer_norm_backward(g, x, mean, lrstd, w, True),
     "cross_entropy": lambda: m.cross_entropy(lg, tg),

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import ROW_SHAPES, param, run_case
+from rowops import CLUSTER_SHAPES, ROW_SHAPES, param, run_case
 
 OP = torch.ops.myops.add_rms_norm.default
 
@@ -43,6 +43,16 @@ def test_row_lengths(device, dtype, shape):
     x = make_tensor(shape, dtype, device, "row_strided", seed=shape[-1])
     r = make_tensor(shape, dtype, device, seed=2)
     w = make_tensor(shape[-1:], dtype, device, seed=1)
+    run_case(ops.add_rms_norm, eager, reference(dtype), [x, r, w])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES)
+def test_cluster_rows(dtype, shape):
+    x = make_tensor(shape, dtype, "cuda", seed=shape[-1])
+    r = make_tensor(shape, dtype, "cuda", seed=2)
+    w = make_tensor(shape[-1:], dtype, "cuda", seed=1)
     run_case(ops.add_rms_norm, eager, reference(dtype), [x, r, w])
 
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import ROW_SHAPES, param, run_case
+from rowops import CLUSTER_SHAPES, ROW_SHAPES, param, run_case
 
 OP = torch.ops.myops.rms_norm.default
 
@@ -38,6 +38,15 @@ def test_matches_reference(device, shape, dtype, layout, has_w, seed):
 def test_row_lengths(device, dtype, shape):
     x = make_tensor(shape, dtype, device, "row_strided", seed=shape[-1])
     w = make_tensor(shape[-1:], dtype, device, seed=1)
+    run_case(ops.rms_norm, eager, ref, [x, w])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES)
+def test_cluster_rows(dtype, shape):
+    x = make_tensor(shape, dtype, "cuda", seed=shape[-1])
+    w = make_tensor(shape[-1:], dtype, "cuda", seed=1)
     run_case(ops.rms_norm, eager, ref, [x, w])
 
 

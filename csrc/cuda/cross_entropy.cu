@@ -124,18 +124,22 @@ __global__ void __launch_bounds__(1024) rr_fwd_kernel(acc_t<T>* __restrict__ los
                                                       const T* __restrict__ x, int64_t xs,  // [M, C]
                                                       const int64_t* __restrict__ target, int64_t t_stride,
                                                       int64_t M, int C, int64_t ignore_index, acc_t<T> smoothing,
-                                                      unsigned long long* bad, int tpr) {
+                                                      unsigned long long* bad, int tpr, int staged) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  __shared__ __align__(16) unsigned char red_buf[1024];
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
+  rr::Stage<T, NS> st(stage_smem);
   const T ninf = from_acc<T>(neg_inf<A>());
+  if (staged) st.issue(x, xs, l.first() + l.slot, M, C, l.t, tpr, 0.f);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> v;
-    v.load_row(x, xs, r, M, C, l.t, tpr, ninf);
+    if (staged) st.take(v, r, M, C, l.t, tpr, ninf);
+    else v.load_row(x, xs, r, M, C, l.t, tpr, ninf);
     // the target and its logit, read by the thread that writes the loss while the row's reductions run (read
     // after them, their two dependent loads held every CTA at its end)
     int64_t tg = ignore_index;
@@ -144,8 +148,11 @@ __global__ void __launch_bounds__(1024) rr_fwd_kernel(acc_t<T>* __restrict__ los
       tg = target[r * t_stride];
       if (tg != ignore_index) xt = to_acc(x[r * xs + checked_target(tg, C, r, bad)]);
     }
-    const A m = red(rr::thread_max(v), rr::Max{}, neg_inf<A>());
-    const Pair<A> tot = red(rr::thread_exp_sum<true>(v, m, C, l.t, tpr), rr::Sum{}, Pair<A>{A(0), A(0)});
+    const A tm = rr::thread_max(v);
+    if (staged) st.issue(x, xs, r + l.step(), M, C, l.t, tpr, tm);
+    const A m = red(tm, rr::Max{}, neg_inf<A>());
+    const Pair<A> tot = red(rr::thread_exp_sum<true>(v, rr::exp_shift(m), C, l.t, tpr), rr::Sum{},
+                            Pair<A>{A(0), A(0)});
     if (!live || l.t != 0) continue;
     const A ls = log_of<T>(tot.a);
     stats[2 * r] = m;
@@ -205,7 +212,7 @@ __global__ void __launch_bounds__(kBwdThreads) rr_bwd_kernel(T* __restrict__ dx,
 template <class T> constexpr int kNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 8 : 4;
 template <class T> rr::Geo rr_geo(int64_t C) {
   if constexpr (kNs<T> == 0) return {};
-  else return rr::geometry(C, sizeof(T), kNs<T>, 1024, rr::target_tpr());
+  else return rr::geometry(C, sizeof(T), kNs<T>, 1024, rr::target_tpr(), rr::kMaxCluster);
 }
 
 }  // namespace
@@ -218,14 +225,17 @@ extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, void* bad, myop
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
-    const rr::Geo g = rr_geo<T>(C);
-    if (g.ns && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
-      return rr::with_ns<kNs<T>>(g.ns, [&](auto ns) -> int {
-        return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, decltype(ns)::value>,
-                          static_cast<cudaStream_t>(stream), static_cast<acc_t<T>*>(loss),
-                          static_cast<acc_t<T>*>(stats), static_cast<const T*>(x.ptr), x.row_stride, target, t_stride,
-                          M, (int)C, ignore_index, (acc_t<T>)smoothing, static_cast<unsigned long long*>(bad),
-                          g.tpr);
+    const rr::Geo g0 = rr_geo<T>(C);
+    if (g0.ns && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
+      return rr::with_ns<kNs<T>>(g0.ns, [&](auto ns) -> int {
+        constexpr int NS = decltype(ns)::value;
+        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread());
+        const int64_t grid = rr::row_grid(g, rr_fwd_kernel<T, NS>, M);
+        if (grid < 0) return (int)MYOPS_EARG;
+        return rr::launch(g, grid, rr_fwd_kernel<T, NS>, static_cast<cudaStream_t>(stream),
+                          static_cast<acc_t<T>*>(loss), static_cast<acc_t<T>*>(stats), static_cast<const T*>(x.ptr),
+                          x.row_stride, target, t_stride, M, (int)C, ignore_index, (acc_t<T>)smoothing,
+                          static_cast<unsigned long long*>(bad), g.tpr, g.smem > 0);
       });
     }
     Plan p = make_plan(M, C, es, 1, 0, 0, false);

@@ -138,29 +138,34 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
 
 // ---- fast path (regrow.cuh): rows in registers -----------------------------------------------------------------
 template <class T, int NS>
-__global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
-                                                     acc_t<T>* __restrict__ mean,          // [M]
-                                                     acc_t<T>* __restrict__ rstd,          // [M]
-                                                     const T* __restrict__ x, int64_t xs,  // [M, N]
-                                                     const T* __restrict__ w,              // [N] or null
-                                                     const T* __restrict__ b,              // [N] or null
-                                                     int64_t M, int N, acc_t<T> eps, int tpr) {
+__device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // [M, N]
+                                       acc_t<T>* __restrict__ mean,          // [M]
+                                       acc_t<T>* __restrict__ rstd,          // [M]
+                                       const T* __restrict__ x, int64_t xs,  // [M, N]
+                                       const T* __restrict__ w,              // [N] or null
+                                       const T* __restrict__ b,              // [N] or null
+                                       int64_t M, int N, acc_t<T> eps, int tpr, int staged) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  __shared__ __align__(16) unsigned char red_buf[1024];
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
+  rr::Stage<T, NS> st(stage_smem);
   const T zero = from_acc<T>(A(0));
+  if (staged) st.issue(x, xs, l.first() + l.slot, M, N, l.t, tpr, 0.f);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> v;
-    v.load_row(x, xs, r, M, N, l.t, tpr, zero);
+    if (staged) st.take(v, r, M, N, l.t, tpr, zero);
+    else v.load_row(x, xs, r, M, N, l.t, tpr, zero);
     A sum = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
+    if (staged) st.issue(x, xs, r + l.step(), M, N, l.t, tpr, sum);
     const A mu = red(sum, rr::Sum{}, A(0)) / A(N);
     A sq = A(0);
 #pragma unroll
@@ -195,8 +200,28 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
     }
   }
 }
+// fp32 runs two CTAs per SM (64 registers; 74 without the bound: one CTA per SM, 69% -> 52% of copy at
+// N = 65536); 16-bit types keep the compiler's choice (86 at 8 vectors per thread, and an explicit cap of 128
+// raised NS = 4 from 58 to 79).
+template <class T, int NS>
+__global__ void __launch_bounds__(512) rr_fwd_kernel(T* y, int64_t ys, acc_t<T>* mean, acc_t<T>* rstd, const T* x,
+                                                     int64_t xs, const T* w, const T* b, int64_t M, int N,
+                                                     acc_t<T> eps, int tpr, int staged) {
+  rr_fwd<T, NS>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, staged);
+}
+template <int NS>
+__global__ void __launch_bounds__(512, 2) rr_fwd_kernel_f32(float* y, int64_t ys, float* mean, float* rstd,
+                                                            const float* x, int64_t xs, const float* w,
+                                                            const float* b, int64_t M, int N, float eps, int tpr,
+                                                            int staged) {
+  rr_fwd<float, NS>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, staged);
+}
+template <class T, int NS> constexpr auto rr_fwd_kernel_for() {
+  if constexpr (sizeof(T) == 4) return rr_fwd_kernel_f32<NS>;
+  else return rr_fwd_kernel<T, NS>;
+}
 
-// ws: [2][owners = gridDim.x * rows][N] dw, db partials (one row per row slot of each CTA), or null.
+// ws: [2][owners][N] dw, db partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
 template <class T, int NS>
 __global__ void __launch_bounds__(1024) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
                                                      acc_t<T>* __restrict__ ws,            // [2, owners, N]
@@ -208,7 +233,7 @@ __global__ void __launch_bounds__(1024) rr_bwd_kernel(T* __restrict__ dx, int64_
                                                      int64_t M, int N, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  __shared__ __align__(16) unsigned char red_buf[1024];
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
@@ -275,7 +300,7 @@ __global__ void __launch_bounds__(1024) rr_bwd_kernel(T* __restrict__ dx, int64_
     v = vn;
   }
   if (!ws) return;
-  const int64_t owners = (int64_t)gridDim.x * l.rows, o = (int64_t)blockIdx.x * l.rows + l.slot;
+  const int64_t owners = l.owners(), o = l.owner();
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
     const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
@@ -295,8 +320,8 @@ template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
 template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 1;
 template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
   if constexpr (MaxNs == 0) return {};
-  else if (bwd) return rr::geometry(N, elem, MaxNs, 1024, rr::target_tpr_bwd());
-  else return rr::geometry(N, elem, MaxNs, 512, rr::target_tpr());
+  else if (bwd) return rr::geometry(N, elem, MaxNs, 1024, rr::target_tpr_bwd(), rr::kMaxCluster);
+  else return rr::geometry(N, elem, MaxNs, 512, rr::target_tpr(), rr::kMaxCluster);
 }
 template <class T> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool params) {
   if (!params) return rr::cover_grid(g, M);
@@ -317,14 +342,18 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
-    const rr::Geo g = rr_geo<kFwdNs<T>>(N, es);
-    if (g.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
-      return rr::with_ns<kFwdNs<T>>(g.ns, [&](auto ns) -> int {
-        return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, decltype(ns)::value>,
-                          static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
-                          static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr),
-                          x.row_stride, static_cast<const T*>(w), static_cast<const T*>(b), M, (int)N, (acc_t<T>)eps,
-                          g.tpr);
+    const rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es);
+    if (g0.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
+      return rr::with_ns<kFwdNs<T>>(g0.ns, [&](auto ns) -> int {
+        constexpr int NS = decltype(ns)::value;
+        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread());
+        constexpr auto kernel = rr_fwd_kernel_for<T, NS>();
+        const int64_t grid = rr::row_grid(g, kernel, M);
+        if (grid < 0) return (int)MYOPS_EARG;
+        return rr::launch(g, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr),
+                          y.row_stride, static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd),
+                          static_cast<const T*>(x.ptr), x.row_stride, static_cast<const T*>(w),
+                          static_cast<const T*>(b), M, (int)N, (acc_t<T>)eps, g.tpr, g.smem > 0);
       });
     }
     Plan p = fwd_plan(M, N, dtype);
@@ -351,7 +380,7 @@ extern "C" int64_t myops_layer_norm_backward_ws_cuda(myops_operand dy, myops_ope
     const rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T), true);
     if (g.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T))) {
       const int64_t grid = rr_bwd_grid<T>(g, M, true);
-      rows_ = grid < 0 ? -1 : grid * g.rows;
+      rows_ = rr::owners(g, grid);
       return (int)MYOPS_OK;
     }
     Plan p = bwd_plan(M, N, dtype, true);

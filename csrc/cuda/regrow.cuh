@@ -15,8 +15,13 @@
 // The grid covers the rows (a CTA never waits on a previous row); backward kernels with per-column sums instead
 // loop over rows with a grid of what fits on the chip, summing in registers (a thread's columns are the same on
 // every row) and loading the next row and its statistics before reducing the current one.
-// Rows that fail these conditions (strided columns, misaligned rows, more than 8192 vectors) take the rows.cuh
-// engine; the host entry of each op tries this path first.
+// Rows longer than a CTA's registers hold (a CTA stops at max_threads and 8 vectors per thread) are split over a
+// thread block cluster of up to 8 CTAs (16, non-portable, for CTAs of up to 512 threads): the row's tpr threads are the cluster's, thread t of CTA rank
+// k being row thread k * blockDim + t, so the layout above is unchanged and every row is still read once and
+// written once (fp32 rows of 262144 elements in 8 x 1024 threads x 8 vectors). A cluster reduction sends each warp's
+// total to every CTA of the cluster through distributed shared memory and waits on one cluster barrier.
+// Rows that fail these conditions (strided columns, misaligned rows, rows longer than 8 CTAs hold) take the
+// rows.cuh engine; the host entry of each op tries this path first.
 #pragma once
 #include <cstdlib>
 #include <initializer_list>
@@ -27,6 +32,8 @@
 namespace myops {
 namespace rr {
 
+namespace cg = cooperative_groups;
+using rows::kMaxCluster;
 using rows::Pair;
 
 constexpr int kCtaThreads = 128;  // a CTA holds several rows when one needs fewer threads than this
@@ -58,18 +65,67 @@ template <class T> constexpr int bwd_max_threads() { return sizeof(T) == 2 ? 102
 // Register geometry of a row: NS vectors per thread, tpr threads per row, rows per CTA.
 struct Geo {
   int ns = 0;       // 0: the fast path does not apply
-  int tpr = 0;      // threads per row: a power of 2 up to 32, else a multiple of 32
-  int rows = 0;     // rows per CTA
-  int threads = 0;  // tpr * rows
+  int tpr = 0;      // threads per row: a power of 2 up to 32, else a multiple of 32 (cluster * threads if split)
+  int rows = 0;     // rows per CTA (1 when the row is split over a cluster)
+  int threads = 0;  // per CTA: tpr * rows, or tpr / cluster
+  int cluster = 1;  // CTAs per row (a thread block cluster when > 1)
+  int smem = 0;     // dynamic shared memory per CTA (bytes): > 0 for a staged kernel (Stage), on a persistent grid
 };
+
+// MYOPS_ROW_STAGE: 0 never stage, 1 (default) stage rows split over a cluster, 2 stage every row (tuning only).
+inline int stage_mode() {
+  static const int v = [] {
+    const char* e = std::getenv("MYOPS_ROW_STAGE");
+    return e && e[0] >= '0' && e[0] <= '2' ? e[0] - '0' : 1;
+  }();
+  return v;
+}
+// g with a Stage of bytes_per_thread per thread if the stage mode asks for one (fits: at most 160 KB).
+inline Geo staged(Geo g, int bytes_per_thread) {
+  const int mode = stage_mode();
+  const int64_t bytes = (int64_t)bytes_per_thread * g.threads;
+  if (g.ns && (mode == 2 || (mode == 1 && g.cluster > 1)) && bytes <= (160 << 10)) g.smem = (int)bytes;
+  return g;
+}
+
+// MYOPS_ROW_CLUSTER=c (2, 4 or 8) splits every row that spans at least c warps over c CTAs (tuning only, read once).
+inline int forced_cluster() {
+  static const int v = [] {
+    const char* e = std::getenv("MYOPS_ROW_CLUSTER");
+    const int c = e ? std::atoi(e) : 0;
+    return c == 2 || c == 4 || c == 8 ? c : 0;
+  }();
+  return v;
+}
+
+// Shared bytes of a kernel's RowReduce buffer: 2 sets of 256 slots (8 CTAs x 32 warps, 16 x 16) of up to 8 bytes.
+constexpr int kRedBytes = 2 * kMaxCluster * 32 * 8;
 
 // Picks the fewest vectors per thread (up to max_ns) that keep a row within target_tpr threads, else the fewest
 // that fit it in max_tpr threads. More vectors per thread put more bytes in flight per thread; fewer threads per
-// row shorten the cross-warp reduction. target_tpr comes from measurement (BENCHMARKS.md).
-inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr) {
+// row shorten the cross-warp reduction. target_tpr comes from measurement (BENCHMARKS.md). A row that max_tpr
+// threads of max_ns vectors cannot hold is split over the fewest CTAs (up to max_cluster) that hold it at max_ns.
+inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr, int max_cluster = 1) {
   Geo g;
   if (N <= 0 || N % (16 / elem) != 0) return g;  // whole 16-byte vectors only
   const int64_t nvec = N / (16 / elem);
+  const int forced = forced_cluster() <= max_cluster ? forced_cluster() : 0;
+  if (max_cluster > 1 && (ceil_div(nvec, max_ns) > max_tpr || (forced && ceil_div(nvec, max_ns) >= 32 * forced))) {
+    int c = forced ? forced : 2;
+    while (c <= max_cluster && ceil_div(nvec, (int64_t)max_ns * c) > max_tpr) c *= 2;
+    // beyond 8 CTAs: sm_90's non-portable cluster of 16, for CTAs of up to 512 threads (the reduction's 256 slots)
+    if (c > max_cluster) {
+      if (max_cluster == kMaxCluster && ceil_div(nvec, (int64_t)max_ns * 16) <= std::min(max_tpr, 512)) c = 16;
+      else return g;
+    }
+    g.ns = max_ns;
+    g.cluster = c;
+    g.threads = (int)ceil_div(ceil_div(nvec, (int64_t)max_ns * c), 32) * 32;
+    g.tpr = g.threads * c;
+    g.rows = 1;
+    if (c * (g.threads / 32) > kRedBytes / 16) return Geo{};  // a warp total per slot, 8-byte slots, 2 sets
+    return g;
+  }
   int ns = 1;
   while (ns < max_ns && ceil_div(nvec, ns) > target_tpr) ns *= 2;
   while (ns < max_ns && ceil_div(nvec, ns) > max_tpr) ns *= 2;
@@ -121,18 +177,50 @@ template <int MaxNs, class R = int, class F> R with_ns(int ns, F&& f) {
   return R(MYOPS_EARG);
 }
 
-// A thread's place: its row slot in the CTA and its index in the row's thread group.
+__device__ __forceinline__ unsigned cluster_id() {
+  unsigned v;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ unsigned cluster_count() {
+  unsigned v;
+  asm("mov.u32 %0, %%nclusterid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned v;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(v));
+  return v;
+}
+
+// A thread's place: its row slot in the CTA and its index in the row's thread group. tpr > blockDim.x: the row
+// is split over a cluster of tpr / blockDim.x CTAs (one row slot per cluster; without a cluster launch each CTA
+// is a cluster of one, so the kernels' clustered and plain paths are the same code).
 struct Lane {
   int tpr, rows, slot, t;
+  unsigned group, groups;  // this row group (CTA or cluster) and their count
   __device__ explicit Lane(int tpr_) : tpr(tpr_) {
-    rows = blockDim.x / tpr;
-    slot = threadIdx.x / tpr;
-    t = threadIdx.x % tpr;
+    if (tpr > (int)blockDim.x) {
+      rows = 1;
+      slot = 0;
+      t = (int)(cluster_rank() * blockDim.x + threadIdx.x);
+      group = cluster_id();
+      groups = cluster_count();
+    } else {
+      rows = blockDim.x / tpr;
+      slot = threadIdx.x / tpr;
+      t = threadIdx.x % tpr;
+      group = blockIdx.x;
+      groups = gridDim.x;
+    }
   }
   // Row loop (every thread of the CTA runs the same iterations: the reductions hold barriers):
   //   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) { const int64_t r = r0 + l.slot; ... r < M ... }
-  __device__ int64_t first() const { return (int64_t)blockIdx.x * rows; }
-  __device__ int64_t step() const { return (int64_t)gridDim.x * rows; }
+  __device__ int64_t first() const { return (int64_t)group * rows; }
+  __device__ int64_t step() const { return (int64_t)groups * rows; }
+  // Per-column partial sums (weight gradients): one workspace row per row slot of each row group.
+  __device__ int64_t owner() const { return (int64_t)group * rows + slot; }
+  __device__ int64_t owners() const { return (int64_t)groups * rows; }
 };
 
 // An element of a 16-byte vector held as four 32-bit words: fp32 is a word, a 16-bit type a half word. Bit
@@ -224,18 +312,68 @@ template <class T, int NS> struct Regs {
   }
 };
 
+// A thread's slots of its row group's next row, copied into shared memory with cp.async (16 bytes each, no
+// registers) while the current row is reduced and written: a persistent CTA (grid = what fits on the chip) keeps
+// HBM busy through its reductions, which for rows split over a cluster include cluster barriers. Slot s of thread i
+// is buf[s * blockDim + i] (a warp's 16-byte accesses are contiguous: no bank conflicts). Each thread reads back only
+// what it copied, so no barrier guards the buffer; a copy into it is issued only once the thread's registers hold
+// the previous row and a value computed from all of them (`after`) exists, so the shared loads have completed.
+template <class T, int NS> struct Stage {
+  uint4* buf;  // dynamic shared memory: NS * blockDim 16-byte slots
+  __device__ explicit Stage(unsigned char* smem) : buf(reinterpret_cast<uint4*>(smem)) {}
+  static constexpr int bytes_per_thread() { return NS * 16; }
+  // Starts copying row `row` of [M, N] (row stride rs); nothing for a row past M. `after`: see above.
+  __device__ __forceinline__ void issue(const T* __restrict__ base, int64_t rs, int64_t row, int64_t M, int N, int t,
+                                        int tpr, float after) {
+    if (row < M) {
+      const T* src = base + row * rs;
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const int c = Regs<T, NS>::col(s, t, tpr);
+        if (c < N) {
+          const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(buf + s * blockDim.x + threadIdx.x));
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + c), "f"(after) : "memory");
+        }
+      }
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+  }
+  // Waits for this thread's copies and moves them into v (slots past N, or a row past M: `fill`).
+  __device__ __forceinline__ void take(Regs<T, NS>& v, int64_t row, int64_t M, int N, int t, int tpr, T fill) {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if (row >= M) {
+      v.fill(fill);
+      return;
+    }
+    const uint32_t f = splat_word(fill);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      if (Regs<T, NS>::col(s, t, tpr) < N) {
+        const uint4 q = buf[s * blockDim.x + threadIdx.x];
+        v.u[s][0] = q.x, v.u[s][1] = q.y, v.u[s][2] = q.z, v.u[s][3] = q.w;
+      } else {
+        v.u[s][0] = v.u[s][1] = v.u[s][2] = v.u[s][3] = f;
+      }
+    }
+  }
+};
+
 // Softmax statistics of a row held in Regs (both ops that need them, softmax and cross_entropy, fill with -inf).
 // The maximum over this thread's elements.
+// (fmaxf: one instruction, and like a > m ? a : m it passes over NaN, which the sum of exp then propagates.)
 template <class T, int NS> __device__ __forceinline__ acc_t<T> thread_max(const Regs<T, NS>& v) {
   acc_t<T> m = rows::neg_inf<acc_t<T>>();
 #pragma unroll
   for (int s = 0; s < NS; ++s)
 #pragma unroll
-    for (int e = 0; e < Regs<T, NS>::VEC; ++e) m = v.at(s, e) > m ? v.at(s, e) : m;
+    for (int e = 0; e < Regs<T, NS>::VEC; ++e) m = fmaxf(m, v.at(s, e));
   return m;
 }
-// (sum of exp(x - m), sum of x if SUM_X) over this thread's elements of the row's N; -inf elements (the fill past
-// N too) add 0 to the first, also when m is -inf: a row of -inf gives sum 0, as the eager ops' NaN outputs expect.
+// The maximum that exp(x - m) subtracts: 0 for a row of -inf (m = -inf), so that every exp is exp(-inf) = 0 instead
+// of exp(-inf + inf) = NaN: the row's sum is 0, as the eager ops' NaN outputs expect. No per-element test.
+template <class A> __device__ __forceinline__ A exp_shift(A m) { return m == rows::neg_inf<A>() ? A(0) : m; }
+// (sum of exp(x - m), sum of x if SUM_X) over this thread's elements of the row's N, with m = exp_shift(row max);
+// -inf elements (the fill past N too) add exp(-inf) = 0 to the first.
 template <bool SUM_X, class T, int NS>
 __device__ __forceinline__ Pair<acc_t<T>> thread_exp_sum(const Regs<T, NS>& v, acc_t<T> m, int N, int t, int tpr) {
   using A = acc_t<T>;
@@ -248,7 +386,7 @@ __device__ __forceinline__ Pair<acc_t<T>> thread_exp_sum(const Regs<T, NS>& v, a
     v.fresh(s, a);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      se += a[e] == rows::neg_inf<A>() ? A(0) : rows::exp_of<T>(a[e] - m);
+      se += rows::exp_of<T>(a[e] - m);
       if (SUM_X) sx += a[e];
     }
   }
@@ -286,15 +424,20 @@ struct Sum {
   }
 };
 struct Max {
-  template <class A> __device__ __forceinline__ A operator()(A x, A y) const { return y > x ? y : x; }
+  __device__ __forceinline__ float operator()(float x, float y) const { return fmaxf(x, y); }
 };
+
 
 // Combines one value per thread over each row's thread group; every thread of the row gets the result, in the
 // same bits. Above 32 threads per row, each warp's total goes to a shared slot, one barrier, then each warp
 // reduces its row's slots with shuffles. Two slot sets alternate: a warp writing reduction k + 2's slots has
-// passed reduction k + 1's barrier, which no thread reaches before it has read reduction k's slots.
+// passed reduction k + 1's barrier, which no thread reaches before it has read reduction k's slots. A row split
+// over a cluster (up to 16 CTAs) does the same at cluster scope: each warp writes its total into its slot of every CTA of the
+// cluster (distributed shared memory), one cluster barrier (release/acquire), then every warp of every CTA
+// combines all slots in the same order. No CTA exits while another may still write into it: every remote write
+// precedes a cluster barrier that all the cluster's CTAs pass.
 struct RowReduce {
-  unsigned char* buf;  // shared: 2 sets of 32 slots of up to 16 bytes
+  unsigned char* buf;  // shared: kRedBytes
   int tpr;
   int phase = 0;
   __device__ RowReduce(unsigned char* b, int tpr_) : buf(b), tpr(tpr_) {}
@@ -304,7 +447,8 @@ struct RowReduce {
     for (int o = 16; o > 0; o >>= 1)
       if (o < width) v = op(v, shfl_xor(v, o));
     if (tpr <= 32) return v;
-    V* red = reinterpret_cast<V*>(buf + phase * 512);
+    if (tpr > (int)blockDim.x) return cluster_combine(v, op, identity);
+    V* red = reinterpret_cast<V*>(buf + phase * (kRedBytes / 2));
     phase ^= 1;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = tpr >> 5;
     if (lane == 0) red[warp] = v;
@@ -315,25 +459,98 @@ struct RowReduce {
     for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
     return v;
   }
+  template <class V, class Op> __device__ __forceinline__ V cluster_combine(V v, Op op, V identity) {
+    static_assert(sizeof(V) <= 8, "a cluster reduction slot holds 8 bytes");
+    V* red = reinterpret_cast<V*>(buf + phase * (kRedBytes / 2));
+    phase ^= 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int ctas = tpr / blockDim.x, n = ctas * nw;
+    cg::cluster_group cluster = cg::this_cluster();
+    if (lane < ctas) *cluster.map_shared_rank(red + cluster_rank() * nw + warp, lane) = v;
+    cluster.sync();
+    v = identity;
+    for (int k = lane; k < n; k += 32) v = op(v, red[k]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
+    return v;
+  }
 };
 
-// Launch of a fast-path kernel: grid = the CTAs that cover M rows, or at most `cap` CTAs (row loop).
+inline cudaLaunchConfig_t launch_config(const Geo& g, int64_t grid, cudaStream_t stream, cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)grid);
+  cfg.blockDim = dim3((unsigned)g.threads);
+  cfg.dynamicSmemBytes = (size_t)g.smem;
+  cfg.stream = stream;
+  if (g.cluster > 1) {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = (unsigned)g.cluster;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  return cfg;
+}
+
+// The kernel attributes g needs: above 48 KB of dynamic shared memory and above 8 CTAs per cluster it must opt in.
+template <class K> int prepare(const Geo& g, K kernel) {
+  cudaError_t e = cudaSuccess;
+  if (g.smem > 0) e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, g.smem);
+  if (e == cudaSuccess && g.cluster > kMaxCluster)
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  return (int)e;
+}
+
+// Launch of a fast-path kernel: grid = the CTAs that cover M rows, or at most `cap` CTAs (row loop); a multiple
+// of g.cluster, launched as clusters of that many CTAs.
 template <class... KArgs, class... Args>
 int launch(const Geo& g, int64_t grid, void (*kernel)(KArgs...), cudaStream_t stream, Args&&... args) {
   if (grid <= 0) return MYOPS_OK;
-  kernel<<<(unsigned)grid, (unsigned)g.threads, 0, stream>>>(std::forward<Args>(args)...);
+  const int rc = prepare(g, kernel);
+  if (rc) return rc;
+  if (g.cluster == 1) {
+    kernel<<<(unsigned)grid, (unsigned)g.threads, (size_t)g.smem, stream>>>(std::forward<Args>(args)...);
+    return launch_status();
+  }
+  cudaLaunchAttribute attr;
+  const cudaLaunchConfig_t cfg = launch_config(g, grid, stream, &attr);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) return (int)e;
   return launch_status();
 }
-inline int64_t cover_grid(const Geo& g, int64_t M) { return std::min<int64_t>(ceil_div(M, g.rows), 1 << 30); }
+inline int64_t cover_grid(const Geo& g, int64_t M) {
+  return std::min<int64_t>(ceil_div(M, g.rows), (1 << 30) / g.cluster) * g.cluster;
+}
 
 // CTAs that fit on the chip at once (for kernels that loop over rows and keep per-column sums), never more than
-// the rows need; -1 if the kernel cannot run with g.threads threads.
+// the rows need; -1 if the kernel cannot run with g.threads threads (or its clusters cannot be scheduled).
 template <class K> int64_t resident_grid(const Geo& g, K kernel, int64_t M) {
+  if (prepare(g, kernel)) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  if (g.cluster > 1) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = launch_config(g, (int64_t)g.cluster * sm_count(), nullptr, &attr);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
+      (void)cudaGetLastError();
+      return -1;
+    }
+    return std::min<int64_t>(clusters, M) * g.cluster;
+  }
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads, 0) != cudaSuccess || per_sm < 1)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads, g.smem) != cudaSuccess || per_sm < 1)
     return -1;
   return std::min<int64_t>((int64_t)per_sm * sm_count(), ceil_div(M, g.rows));
 }
+// The grid of a forward kernel: a persistent one (what fits) when it stages rows, else one that covers the rows.
+template <class K> int64_t row_grid(const Geo& g, K kernel, int64_t M) {
+  return g.smem > 0 ? resident_grid(g, kernel, M) : cover_grid(g, M);
+}
+// Rows of a per-column partial-sum workspace for a grid of `grid` CTAs (Lane::owners()).
+inline int64_t owners(const Geo& g, int64_t grid) { return grid < 0 ? -1 : grid / g.cluster * g.rows; }
 
 }  // namespace rr
 }  // namespace myops

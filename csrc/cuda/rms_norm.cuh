@@ -148,18 +148,22 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
                                                       const T* __restrict__ x, int64_t xs,  // [M, N]
                                                       const T* __restrict__ res, int64_t rs_,  // [M, N] (ADD)
                                                       const T* __restrict__ w,              // [N] or null
-                                                      int64_t M, int N, acc_t<T> eps, int tpr) {
+                                                      int64_t M, int N, acc_t<T> eps, int tpr, int staged) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  __shared__ __align__(16) unsigned char red_buf[1024];
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
+  rr::Stage<T, NS> st(stage_smem);  // staged: x only (never with ADD)
   const T zero = from_acc<T>(A(0));
+  if (staged) st.issue(x, xs, l.first() + l.slot, M, N, l.t, tpr, 0.f);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> v;
-    v.load_row(x, xs, r, M, N, l.t, tpr, zero);
+    if (staged) st.take(v, r, M, N, l.t, tpr, zero);
+    else v.load_row(x, xs, r, M, N, l.t, tpr, zero);
     if constexpr (ADD) {
       rr::Regs<T, NS> u;
       u.load_row(res, rs_, r, M, N, l.t, tpr, zero);
@@ -176,6 +180,7 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
     for (int s = 0; s < NS; ++s)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) ss += v.at(s, e) * v.at(s, e);
+    if (staged) st.issue(x, xs, r + l.step(), M, N, l.t, tpr, ss);
     const A rs = inv_sqrt(red(ss, rr::Sum{}, A(0)) / A(N) + eps);
     if (!live) continue;
     if (l.t == 0 && rstd != nullptr) rstd[r] = rs;
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
   }
 }
 
-// ws: [gridDim.x * rows, N] dw partials (one row per row slot of each CTA), or null.
+// ws: [owners, N] dw partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
 template <class T, int NS, bool ADD>
 __global__ void __launch_bounds__(rr::bwd_max_threads<T>())
 rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
@@ -207,7 +212,7 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                      int64_t M, int N, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  __shared__ __align__(16) unsigned char red_buf[1024];
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
@@ -266,7 +271,7 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
     v = vn;
   }
   if (!ws) return;
-  A* out = ws + ((int64_t)blockIdx.x * l.rows + l.slot) * N;
+  A* out = ws + l.owner() * N;
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
     const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
@@ -283,11 +288,11 @@ template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 
 
 template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
   if constexpr (kFwdNs<T, ADD> == 0) return {};
-  else return rr::geometry(N, sizeof(T), kFwdNs<T, ADD>, 512, rr::target_tpr());
+  else return rr::geometry(N, sizeof(T), kFwdNs<T, ADD>, 512, rr::target_tpr(), rr::kMaxCluster);
 }
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if constexpr (kBwdNs<T> == 0) return {};
-  else return rr::geometry(N, sizeof(T), kBwdNs<T>, rr::bwd_max_threads<T>(), rr::target_tpr_bwd());
+  else return rr::geometry(N, sizeof(T), kBwdNs<T>, rr::bwd_max_threads<T>(), rr::target_tpr_bwd(), rr::kMaxCluster);
 }
 // The backward fast path's grid with a dw workspace (-1: none fits).
 template <class T, bool ADD> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool dw) {
@@ -311,15 +316,18 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const int es = sizeof(T);
-    const rr::Geo g = rr_fwd_geo<T, ADD>(N);
-    if (g.ns && rr::operands_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, {w}, M, N, es)) {
-      return rr::with_ns<kFwdNs<T, ADD>>(g.ns, [&](auto ns) -> int {
+    const rr::Geo g0 = rr_fwd_geo<T, ADD>(N);
+    if (g0.ns && rr::operands_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, {w}, M, N, es)) {
+      return rr::with_ns<kFwdNs<T, ADD>>(g0.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
-        return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, NS, ADD>, static_cast<cudaStream_t>(stream),
+        const rr::Geo g = ADD ? g0 : rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread());
+        const int64_t grid = rr::row_grid(g, rr_fwd_kernel<T, NS, ADD>, M);
+        if (grid < 0) return (int)MYOPS_EARG;
+        return rr::launch(g, grid, rr_fwd_kernel<T, NS, ADD>, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<T*>(s_out.ptr), s_out.row_stride,
                           static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr), x.row_stride,
                           static_cast<const T*>(res.ptr), res.row_stride, static_cast<const T*>(w), M, (int)N,
-                          (acc_t<T>)eps, g.tpr);
+                          (acc_t<T>)eps, g.tpr, g.smem > 0);
       });
     }
     Plan p = fwd_plan(M, N, dtype, ADD);
@@ -347,7 +355,7 @@ inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand
     const rr::Geo g = rr_bwd_geo<T>(N);
     if (g.ns && rr::operands_ok({dy, s, add ? ds_out : s}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T))) {
       const int64_t grid = add ? rr_bwd_grid<T, true>(g, M, true) : rr_bwd_grid<T, false>(g, M, true);
-      rows_ = grid < 0 ? -1 : grid * g.rows;
+      rows_ = rr::owners(g, grid);
       return (int)MYOPS_OK;
     }
     Plan p = bwd_plan(M, N, dtype, true);

@@ -110,20 +110,27 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
 template <class T, int NS, bool LOG>
 __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                                                       const T* __restrict__ x, int64_t xs,  // [M, N]
-                                                      int64_t M, int N, int tpr) {
+                                                      int64_t M, int N, int tpr, int staged) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  __shared__ __align__(16) unsigned char red_buf[1024];
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
+  rr::Stage<T, NS> st(stage_smem);
   const T ninf = from_acc<T>(neg_inf<A>());
+  if (staged) st.issue(x, xs, l.first() + l.slot, M, N, l.t, tpr, 0.f);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> v;
-    v.load_row(x, xs, r, M, N, l.t, tpr, ninf);
-    const A m = red(rr::thread_max(v), rr::Max{}, neg_inf<A>());
-    const A sum = red(rr::thread_exp_sum<false>(v, m, N, l.t, tpr).a, rr::Sum{}, A(0));
+    if (staged) st.take(v, r, M, N, l.t, tpr, ninf);
+    else v.load_row(x, xs, r, M, N, l.t, tpr, ninf);
+    const A tm = rr::thread_max(v);
+    if (staged) st.issue(x, xs, r + l.step(), M, N, l.t, tpr, tm);
+    const A m = red(tm, rr::Max{}, neg_inf<A>());
+    const A ms = rr::exp_shift(m);
+    const A sum = red(rr::thread_exp_sum<false>(v, ms, N, l.t, tpr).a, rr::Sum{}, A(0));
     if (!live) continue;
     const A logs = log_of<T>(sum), inv = A(1) / sum;
 #pragma unroll
@@ -135,8 +142,8 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         if constexpr (LOG) a[e] = (a[e] - m) - logs;  // not a - (m + logs): that rounds at m's magnitude
-        else if constexpr (sizeof(T) == 2) a[e] = exp_of<T>(a[e] - m) * inv;  // the rounding to T hides 1 ulp
-        else a[e] = exp_of<T>(a[e] - m) / sum;
+        else if constexpr (sizeof(T) == 2) a[e] = exp_of<T>(a[e] - ms) * inv;  // the rounding to T hides 1 ulp
+        else a[e] = exp_of<T>(a[e] - ms) / sum;
       }
       rr::store(y + r * ys, c, a);
     }
@@ -150,7 +157,7 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_bwd_kernel(T* __restr
                                                       int64_t M, int N, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  __shared__ __align__(16) unsigned char red_buf[1024];
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
@@ -186,7 +193,7 @@ template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
 template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 4;
 template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem) {
   if constexpr (MaxNs == 0) return {};
-  else return rr::geometry(N, elem, MaxNs, elem == 4 ? 1024 : 512, rr::target_tpr());
+  else return rr::geometry(N, elem, MaxNs, elem == 4 ? 1024 : 512, rr::target_tpr(), rr::kMaxCluster);
 }
 
 template <bool LOG>
@@ -195,12 +202,16 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
-    const rr::Geo g = rr_geo<kFwdNs<T>>(N, es);
-    if (g.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
-      return rr::with_ns<kFwdNs<T>>(g.ns, [&](auto ns) -> int {
-        return rr::launch(g, rr::cover_grid(g, M), rr_fwd_kernel<T, decltype(ns)::value, LOG>,
-                          static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
-                          static_cast<const T*>(x.ptr), x.row_stride, M, (int)N, g.tpr);
+    const rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es);
+    if (g0.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
+      return rr::with_ns<kFwdNs<T>>(g0.ns, [&](auto ns) -> int {
+        constexpr int NS = decltype(ns)::value;
+        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread());
+        const int64_t grid = rr::row_grid(g, rr_fwd_kernel<T, NS, LOG>, M);
+        if (grid < 0) return (int)MYOPS_EARG;
+        return rr::launch(g, grid, rr_fwd_kernel<T, NS, LOG>, static_cast<cudaStream_t>(stream),
+                          static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, M, (int)N,
+                          g.tpr, g.smem > 0);
       });
     }
     Plan p = make_plan(M, N, es, 1, 0, 0, true);
