@@ -178,6 +178,11 @@ CASES = [
     Case("cross_entropy", logits_target, ops.cross_entropy, F.cross_entropy, backward=True, shape=(4096, 32000)),
     Case("cross_entropy", logits_target, ops.cross_entropy, F.cross_entropy, backward=True, shape=(1024, 262144),
          variant="V=262144"),
+    # check_target=False: no host sync for the target check (F.cross_entropy and compile do not check either)
+    Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, check_target=False), F.cross_entropy,
+         backward=True, shape=(4096, 32000), variant="unchecked"),
+    Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, check_target=False), F.cross_entropy,
+         backward=True, shape=(1024, 262144), variant="V=262144 unchecked"),
     # cos/sin are buffers in a model: only x is differentiated.
     Case("rope", rope_inputs(False), ops.rope, rope_eager(False), backward=True, variant="[S,H,D]",
          shape=(16384, 32, 128), grad_inputs=(0,), bwd_bytes=rope_bwd_bytes, ref64=True),

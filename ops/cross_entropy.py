@@ -1,5 +1,10 @@
-"""cross_entropy(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean") = F.cross_entropy(...)
-for logits [M, C] or [C] and int64 class indices; vocabularies of any size (256k and beyond).
+"""cross_entropy(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean", check_target=True)
+= F.cross_entropy(...) for logits [M, C] or [C] and int64 class indices; vocabularies of any size (256k and beyond).
+
+check_target: a class index outside [0, C) that is not ignore_index raises a RuntimeError. On the GPU that costs one
+host sync per call (the kernel flags the row; the flag is read once the op's launches are queued), which leaves the
+GPU idle while the host queues what follows. With check_target=False (and always while a CUDA graph is being
+captured) nothing syncs and such a row's loss and gradient are NaN instead; no index is ever read out of bounds.
 
 The logits are read once in the forward pass and once in the backward pass, which writes the gradient in the
 logits' dtype; the only other memory is O(M) (per-row losses, maxima and log-sum-exps). torch.ops.myops.cross_entropy
@@ -17,9 +22,10 @@ REDUCTIONS = ("mean", "sum", "none")
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
-                  label_smoothing: float = 0.0, reduction: str = "mean") -> torch.Tensor:
-    """F.cross_entropy with class-index targets; differentiable in logits."""
-    return OP(logits, target, ignore_index, label_smoothing, reduction)[0]
+                  label_smoothing: float = 0.0, reduction: str = "mean", check_target: bool = True) -> torch.Tensor:
+    """F.cross_entropy with class-index targets; differentiable in logits. check_target=False: no host sync, NaN for a
+    row whose target is out of range (see the module docstring)."""
+    return OP(logits, target, ignore_index, label_smoothing, reduction, check_target)[0]
 
 
 def _check(logits, target, label_smoothing, reduction, op="cross_entropy"):
@@ -34,7 +40,7 @@ def _check(logits, target, label_smoothing, reduction, op="cross_entropy"):
 
 
 @torch.library.register_fake("myops::cross_entropy")
-def _(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean"):
+def _(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean", check_target=True):
     _check(logits, target, label_smoothing, reduction)
     loss = logits.new_empty(target.shape if reduction == "none" else ())
     return loss, logits.new_empty((*target.shape, 2), dtype=stat_dtype(logits))
@@ -47,7 +53,7 @@ def _(grad, logits, target, stats, ignore_index, label_smoothing, reduction):
 
 def _setup(ctx, inputs, output):
     logits, target, ignore_index, label_smoothing, reduction = (
-        list(inputs) + [-100, 0.0, "mean"][len(inputs) - 2:])[:5]
+        list(inputs) + [-100, 0.0, "mean", True][len(inputs) - 2:])[:5]
     ctx.mark_non_differentiable(output[1])
     ctx.save_for_backward(logits, target, output[1])
     ctx.args = (ignore_index, label_smoothing, reduction)
@@ -55,7 +61,7 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad, _grad_stats):
     logits, target, stats = ctx.saved_tensors
-    return BACKWARD(grad, logits, target, stats, *ctx.args), None, None, None, None
+    return BACKWARD(grad, logits, target, stats, *ctx.args), None, None, None, None, None
 
 
 torch.library.register_autograd("myops::cross_entropy", _backward, setup_context=_setup)

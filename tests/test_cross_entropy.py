@@ -82,6 +82,7 @@ def test_opcheck(device, dtype):
     t = targets(6, 33, device, 1)
     for red in ("mean", "sum", "none"):
         check_opcheck(OP, (x, t, -100, 0.1, red))
+        check_opcheck(OP, (x, t, -100, 0.0, red, False))
         loss, stats = OP(x.detach(), t, -100, 0.1, red)
         check_opcheck(torch.ops.myops.cross_entropy_backward.default,
                       (torch.randn_like(loss), x.detach(), t, stats, -100, 0.1, red))
@@ -117,3 +118,25 @@ def test_bad_inputs(device):
     raises(ops.cross_entropy, x, t, -100, 0.0, "avg", match="reduction must be")
     raises(ops.cross_entropy, x, t, -100, 1.5, match="label_smoothing must be in")
     raises(ops.cross_entropy, x[None], t, match=r"logits must have shape \[M, C\]")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(4, 5), (3, 4096)])
+def test_unchecked_targets(device, shape):
+    """check_target=False never syncs or raises: a row whose target is out of range gets a NaN loss and gradient, the
+    other rows are unchanged (the 4096-wide rows take the GPU's streaming kernel, the 5-wide ones the general one)."""
+    M, C = shape
+    x = make_tensor(shape, torch.float32, device, seed=3).requires_grad_()
+    good = targets(M, C, device, 4, ignore_frac=0.0)
+    bad = good.clone()
+    bad[1] = C + 7
+    loss = ops.cross_entropy(x, bad, reduction="none", check_target=False)
+    ref = F.cross_entropy(x.detach(), good, reduction="none")
+    assert torch.isnan(loss[1]).item()
+    keep = torch.arange(M, device=device) != 1
+    torch.testing.assert_close(loss.detach()[keep], ref[keep])
+    (g,) = torch.autograd.grad(loss[keep].sum(), x)
+    assert torch.isnan(g[1]).all().item() and torch.isfinite(g[keep]).all().item()
+    assert torch.isnan(ops.cross_entropy(x.detach(), bad, check_target=False)).item()  # the mean too
+    for t in (bad, -bad):  # checked (the default) raises for either sign
+        raises(ops.cross_entropy, x.detach(), t, match="outside")

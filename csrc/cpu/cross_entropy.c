@@ -1,5 +1,6 @@
 /* cross_entropy on the CPU, logits rows [M, C], fp64 math; formulas in csrc/cuda/cross_entropy.cu. loss
- * [M] and stats [M, 2] are fp32 (fp64 for fp64); targets were validated by the caller (an out-of-range one is clamped). */
+ * [M] and stats [M, 2] are fp32 (fp64 for fp64); an out-of-range target (validated by the caller unless it opted out)
+ * is clamped for its read and gives that row a NaN log-sum, so a NaN loss and gradient. */
 #include "rows.h"
 
 int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int64_t* target, int64_t t_stride,
@@ -26,7 +27,9 @@ int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int6
       myops_st_stat(dtype, loss, r, 0.0);
     } else {
       const double xt = v[t < 0 ? 0 : (t >= C ? C - 1 : t)];
-      myops_st_stat(dtype, loss, r, ls + (1.0 - smoothing) * (m - xt) + smoothing * (m - sx / (double)C));
+      const double l = t < 0 || t >= C ? NAN : ls;
+      if (l != ls) myops_st_stat(dtype, stats, 2 * r + 1, l);
+      myops_st_stat(dtype, loss, r, l + (1.0 - smoothing) * (m - xt) + smoothing * (m - sx / (double)C));
     }
   }
   free(v);

@@ -16,10 +16,11 @@ using namespace myops;
 using namespace myops::rows;
 
 // A row's target (not ignore_index) clamped into the row, so that a bad index never reads outside it; a bad one
-// also records 1 + its row in *bad (first come), which the caller turns into an error once the launches are queued.
+// also records 1 + its row in *bad (first come; bad is null when the caller does not check), which the caller turns
+// into an error once the launches are queued. Such a row's log-sum is saved as NaN (its loss and gradient are NaN).
 __device__ __forceinline__ int64_t checked_target(int64_t tg, int64_t C, int64_t r, unsigned long long* bad) {
   if (tg >= 0 && tg < C) return tg;
-  atomicCAS(bad, 0ull, (unsigned long long)(r + 1));
+  if (bad != nullptr) atomicCAS(bad, 0ull, (unsigned long long)(r + 1));
   return tg < 0 ? 0 : C - 1;
 }
 
@@ -64,13 +65,15 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __rest
     const A sum_x = smoothing != A(0) ? c.reduce(Pair<A>{sx, A(0)}, AddOp{}, red, cred).a : A(0);
     if (c.rank == 0 && c.tid == 0) {
       const int64_t tg = target[r * t_stride];
-      const A ls = log_of<T>(ms.b);
+      A ls = log_of<T>(ms.b);
       stats[2 * r] = ms.a;
-      stats[2 * r + 1] = ls;
       if (tg == ignore_index) {
+        stats[2 * r + 1] = ls;
         loss[r] = A(0);
       } else {
         const int64_t tc = checked_target(tg, C, r, bad);
+        if (tc != tg) ls = nan_of<A>();
+        stats[2 * r + 1] = ls;
         const A xt = to_acc(static_cast<const T*>(x.ptr)[r * x.row_stride + tc * x.col_stride]);
         A l = ls + (A(1) - smoothing) * (ms.a - xt);
         if (smoothing != A(0)) l += smoothing * (ms.a - sum_x / A(C));
@@ -117,53 +120,67 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_bwd_kernel(myops_out_operan
     }
   }
 }
-// ---- fast path (regrow.cuh): a row of logits in registers; exact max, then the sum of exp -----------------------
-template <class T, int NS>
-__global__ void __launch_bounds__(1024) rr_fwd_kernel(acc_t<T>* __restrict__ loss,     // [M]
-                                                      acc_t<T>* __restrict__ stats,    // [M, 2]
-                                                      const T* __restrict__ x, int64_t xs,  // [M, C]
-                                                      const int64_t* __restrict__ target, int64_t t_stride,
-                                                      int64_t M, int C, int64_t ignore_index, acc_t<T> smoothing,
-                                                      unsigned long long* bad, int tpr, int staged) {
+// ---- fast path: a row of logits streams through registers once ------------------------------------------------
+// A CTA per row (grid-stride over rows); each thread loads kStreamU 16-byte vectors of the row at a time (all in
+// flight before any is used) and folds them into a running (max, sum of exp) -- one exp per element, the sum rescaled
+// only when a group raises the max. The CTA then combines the pairs once. Few registers let six or more 256-thread
+// CTAs share an SM, so one row's loads overlap another's exps and reduction: nothing holds a whole row (the register
+// kernel it replaces held 64 KB rows at one 1024-thread CTA per SM, with load and compute phases that did not
+// overlap: 1.6 TB/s on the H200).
+constexpr int kStreamThreads = 256, kStreamU = 4;
+template <class T, bool SMOOTH>
+__global__ void __launch_bounds__(kStreamThreads) stream_fwd_kernel(acc_t<T>* __restrict__ loss,     // [M]
+                                                                    acc_t<T>* __restrict__ stats,    // [M, 2]
+                                                                    const T* __restrict__ x, int64_t xs,  // [M, C]
+                                                                    const int64_t* __restrict__ target,  // [M]
+                                                                    int64_t t_stride, int64_t M, int C,
+                                                                    int64_t ignore_index, acc_t<T> smoothing,
+                                                                    unsigned long long* bad) {
   using A = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T);
+  constexpr int VEC = 16 / sizeof(T), STEP = kStreamThreads * kStreamU * VEC;
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
-  extern __shared__ __align__(16) unsigned char stage_smem[];
-  const rr::Lane l(tpr);
-  rr::RowReduce red(red_buf, tpr);
-  rr::Stage<T, NS> st(stage_smem);
+  rr::RowReduce red(red_buf, kStreamThreads);
   const T ninf = from_acc<T>(neg_inf<A>());
-  if (staged) st.issue(x, xs, l.first() + l.slot, M, C, l.t, tpr, 0.f);
-  for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
-    const int64_t r = r0 + l.slot;
-    const bool live = r < M;
-    rr::Regs<T, NS> v;
-    if (staged) st.take(v, r, M, C, l.t, tpr, ninf);
-    else v.load_row(x, xs, r, M, C, l.t, tpr, ninf);
-    // the target and its logit, read by the thread that writes the loss while the row's reductions run (read
-    // after them, their two dependent loads held every CTA at its end)
-    int64_t tg = ignore_index;
+  for (int64_t r = blockIdx.x; r < M; r += gridDim.x) {
+    const T* __restrict__ xr = x + r * xs;
+    // the target and its logit, read first by the thread that writes the loss (two dependent loads)
+    int64_t tg = ignore_index, tc = 0;
     A xt = A(0);
-    if (live && l.t == 0) {
+    if (threadIdx.x == 0) {
       tg = target[r * t_stride];
-      if (tg != ignore_index) xt = to_acc(x[r * xs + checked_target(tg, C, r, bad)]);
+      if (tg != ignore_index) {
+        tc = checked_target(tg, C, r, bad);
+        xt = to_acc(xr[tc]);
+      }
     }
-    const A tm = rr::thread_max(v);
-    if (staged) st.issue(x, xs, r + l.step(), M, C, l.t, tpr, tm);
-    const A m = red(tm, rr::Max{}, neg_inf<A>());
-    const Pair<A> tot = red(rr::thread_exp_sum<true>(v, rr::exp_shift(m), C, l.t, tpr), rr::Sum{},
-                            Pair<A>{A(0), A(0)});
-    if (!live || l.t != 0) continue;
-    const A ls = log_of<T>(tot.a);
-    stats[2 * r] = m;
-    stats[2 * r + 1] = ls;
+    A m = neg_inf<A>(), s = A(0), sx = A(0);
+    for (int c0 = 0; c0 < C; c0 += STEP) {
+      rr::Regs<T, kStreamU> v;
+      v.load(xr + c0, C - c0, threadIdx.x, kStreamThreads, ninf);
+      const A mx = fmaxf(m, rr::thread_max(v));
+      if (mx > m) {  // never from -inf to -inf; from -inf, s is 0
+        s = m == neg_inf<A>() ? s : s * exp_of<T>(m - mx);
+        m = mx;
+      }
+      const Pair<A> e = rr::thread_exp_sum<SMOOTH>(v, rr::exp_shift(m), C - c0, threadIdx.x, kStreamThreads);
+      s += e.a;
+      sx += e.b;
+    }
+    const Pair<A> ms = red(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, Pair<A>{neg_inf<A>(), A(0)});
+    const A sum_x = SMOOTH ? red(sx, rr::Sum{}, A(0)) : A(0);
+    if (threadIdx.x != 0) continue;
+    A ls = log_of<T>(ms.b);
+    stats[2 * r] = ms.a;
     if (tg == ignore_index) {
+      stats[2 * r + 1] = ls;
       loss[r] = A(0);
-    } else {
-      A lo = ls + (A(1) - smoothing) * (m - xt);
-      if (smoothing != A(0)) lo += smoothing * (m - tot.b / A(C));
-      loss[r] = lo;
+      continue;
     }
+    if (tc != tg) ls = nan_of<A>();
+    stats[2 * r + 1] = ls;
+    A lo = ls + (A(1) - smoothing) * (ms.a - xt);
+    if (SMOOTH) lo += smoothing * (ms.a - sum_x / A(C));
+    loss[r] = lo;
   }
 }
 
@@ -206,15 +223,6 @@ __global__ void __launch_bounds__(kBwdThreads) rr_bwd_kernel(T* __restrict__ dx,
   }
 }
 
-// Vectors per thread (fp64 takes the rows.cuh engine). Up to 1024 threads per row, so registers stop at 64: 16-bit
-// types hold 4 vectors (8 took 117 registers, one 512-thread CTA per SM and 26% of DRAM bandwidth in Nsight Compute),
-// fp32 8; both reach vocabularies of 32768.
-template <class T> constexpr int kNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 8 : 4;
-template <class T> rr::Geo rr_geo(int64_t C) {
-  if constexpr (kNs<T> == 0) return {};
-  else return rr::geometry(C, sizeof(T), kNs<T>, 1024, rr::target_tpr(), rr::kMaxCluster);
-}
-
 }  // namespace
 
 // bad: one zeroed uint64; set to 1 + a row whose target is outside [0, C) (and not ignore_index).
@@ -225,18 +233,15 @@ extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, void* bad, myop
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
-    const rr::Geo g0 = rr_geo<T>(C);
-    if (g0.ns && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
-      return rr::with_ns<kNs<T>>(g0.ns, [&](auto ns) -> int {
-        constexpr int NS = decltype(ns)::value;
-        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread());
-        const int64_t grid = rr::row_grid(g, rr_fwd_kernel<T, NS>, M);
-        if (grid < 0) return (int)MYOPS_EARG;
-        return rr::launch(g, grid, rr_fwd_kernel<T, NS>, static_cast<cudaStream_t>(stream),
-                          static_cast<acc_t<T>*>(loss), static_cast<acc_t<T>*>(stats), static_cast<const T*>(x.ptr),
-                          x.row_stride, target, t_stride, M, (int)C, ignore_index, (acc_t<T>)smoothing,
-                          static_cast<unsigned long long*>(bad), g.tpr, g.smem > 0);
-      });
+    if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
+      if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
+        const unsigned grid = (unsigned)std::min<int64_t>(M, 1 << 30);
+        const auto kernel = smoothing != 0.0 ? stream_fwd_kernel<T, true> : stream_fwd_kernel<T, false>;
+        kernel<<<grid, kStreamThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<acc_t<T>*>(loss), static_cast<acc_t<T>*>(stats), static_cast<const T*>(x.ptr), x.row_stride,
+            target, t_stride, M, (int)C, ignore_index, (acc_t<T>)smoothing, static_cast<unsigned long long*>(bad));
+        return launch_status();
+      }
     }
     Plan p = make_plan(M, C, es, 1, 0, 0, false);
     auto kernel = ce_fwd_kernel<T>;

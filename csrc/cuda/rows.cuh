@@ -117,6 +117,7 @@ template <class T> __device__ __forceinline__ void get_param(const T* w, bool ve
   }
 }
 template <class A> __device__ __forceinline__ A neg_inf() { return -INFINITY; }
+template <class A> __device__ __forceinline__ A nan_of() { return A(NAN); }
 
 // (m, s): s = sum of exp(v - m) over the values seen, m their maximum. Combining rescales the smaller side.
 template <class T> struct OnlineSoftmaxOp {

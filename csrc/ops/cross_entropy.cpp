@@ -1,13 +1,19 @@
-// myops::cross_entropy(logits, target, ignore_index=-100, label_smoothing=0., reduction="mean") -> (loss, stats)
+// myops::cross_entropy(logits, target, ignore_index=-100, label_smoothing=0., reduction="mean", check_target=True)
+//   -> (loss, stats)
 //   = F.cross_entropy(logits, target, ignore_index=..., label_smoothing=..., reduction=...) for logits [M, C] or
 //   [C] and int64 class indices target [M] or []; stats [*target.shape, 2] = per-row (max, log sum exp(x - max)) (fp32, fp64 for
 //   fp64) is saved for backward.
-//   The logits are read once (online max/sum); no [M, C] temporary exists. Targets are validated first (one small
-//   reduction and a host sync; out-of-range classes raise instead of reading out of bounds).
+//   The logits are read once (online max/sum); no [M, C] temporary exists. A target outside [0, C) (and not
+//   ignore_index) never reads out of bounds: with check_target it raises (CPU: validated first; GPU: the kernel flags
+//   it and the flag is read with one host sync once the launches are queued), without it (and always while a CUDA
+//   graph is being captured, where a sync is not allowed) that row's loss and gradient are NaN and nothing syncs.
 // myops::cross_entropy_backward(grad, logits, target, stats, ignore_index, label_smoothing, reduction) -> dlogits.
 #include "common.h"
 
 #include <ATen/ops/sum.h>
+#ifdef MYOPS_WITH_CUDA
+#include <c10/cuda/CUDAGraphsC10Utils.h>
+#endif
 
 namespace {
 using FwdCpu = int (*)(void*, void*, myops_operand, const int64_t*, int64_t, int64_t, int64_t, int64_t, double, int);
@@ -47,7 +53,8 @@ void check_args(const at::Tensor& logits, const at::Tensor& target, double smoot
 }
 
 std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const at::Tensor& target,
-                                                 int64_t ignore_index, double smoothing, c10::string_view reduction) {
+                                                 int64_t ignore_index, double smoothing, c10::string_view reduction,
+                                                 bool check_target) {
   const char* op = "cross_entropy";
   check_args(logits, target, smoothing, op);
   const Reduction red = parse_reduction(reduction, op);
@@ -59,7 +66,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     TORCH_CHECK(false, "myops.cross_entropy: target contains class index ", myops::str(v), " outside [0, ",
                 myops::str(C), ") (and it is not ignore_index ", myops::str(ignore_index), ")");
   };
-  if (M > 0 && !logits.is_cuda()) {
+  if (M > 0 && !logits.is_cuda() && check_target) {
     const at::Tensor bad = t1.lt(0).logical_and(t1.ne(ignore_index)).logical_or(t1.ge(C));
     if (bad.any().item<bool>()) bad_target(t1.masked_select(bad)[0].item<int64_t>());
   }
@@ -73,8 +80,10 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     if (logits.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
       const c10::cuda::OptionalCUDAGuard guard(logits.device());
-      bad_row = at::zeros({1}, logits.options().dtype(at::kLong));
-      const int rc = k_fwd_cuda.get()(rows.data_ptr(), stats.data_ptr(), bad_row.data_ptr(), v.op,
+      if (check_target && c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None)
+        bad_row = at::zeros({1}, logits.options().dtype(at::kLong));
+      const int rc = k_fwd_cuda.get()(rows.data_ptr(), stats.data_ptr(),
+                                      bad_row.defined() ? bad_row.data_ptr() : nullptr, v.op,
                                       t1.data_ptr<int64_t>(), t1.stride(0), M, C, ignore_index, smoothing, dtype,
                                       myops::current_stream(logits));
       myops::check_status(rc, op, "CUDA");
@@ -155,7 +164,7 @@ at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logi
 
 TORCH_LIBRARY_FRAGMENT(myops, m) {
   m.def("cross_entropy(Tensor logits, Tensor target, int ignore_index=-100, float label_smoothing=0.0, "
-        "str reduction=\"mean\") -> (Tensor, Tensor)");
+        "str reduction=\"mean\", bool check_target=True) -> (Tensor, Tensor)");
   m.def("cross_entropy_backward(Tensor grad, Tensor logits, Tensor target, Tensor stats, int ignore_index, "
         "float label_smoothing, str reduction) -> Tensor");
 }
