@@ -68,7 +68,7 @@ def place(t: torch.Tensor, layout: str, nb: int = 0) -> torch.Tensor:
         return t.transpose(0, 1).contiguous().transpose(0, 1)
     if layout == "batch_inner" and nb >= 1:
         return t.movedim(0, nb).contiguous().movedim(nb, 0)
-    if layout == "expanded" and t.dim() > 2:
+    if layout == "expanded" and t.dim() > 2 and t.numel() > 0:  # (an empty leading dim has no slice to expand)
         return t[(0,) * (t.dim() - 2)].expand(shape)
     return t.contiguous()
 
