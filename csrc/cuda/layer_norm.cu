@@ -151,9 +151,9 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
-  rr::Stage<T, NS> st(stage_smem);
+  rr::Stage<T, NS> st(stage_smem, staged);
   const T zero = from_acc<T>(A(0));
-  if (staged) st.issue(x, xs, l.first() + l.slot, M, N, l.t, tpr, 0.f);
+  st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
@@ -165,7 +165,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
     for (int s = 0; s < NS; ++s)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
-    if (staged) st.issue(x, xs, r + l.step(), M, N, l.t, tpr, sum);
+    st.next(x, xs, r, l.step(), M, N, l.t, tpr, sum);
     const A mu = red(sum, rr::Sum{}, A(0)) / A(N);
     A sq = A(0);
 #pragma unroll
@@ -346,14 +346,14 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
     if (g0.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
       return rr::with_ns<kFwdNs<T>>(g0.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
-        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread());
         constexpr auto kernel = rr_fwd_kernel_for<T, NS>();
+        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread(), kernel);
         const int64_t grid = rr::row_grid(g, kernel, M);
         if (grid < 0) return (int)MYOPS_EARG;
         return rr::launch(g, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr),
                           y.row_stride, static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd),
                           static_cast<const T*>(x.ptr), x.row_stride, static_cast<const T*>(w),
-                          static_cast<const T*>(b), M, (int)N, (acc_t<T>)eps, g.tpr, g.smem > 0);
+                          static_cast<const T*>(b), M, (int)N, (acc_t<T>)eps, g.tpr, g.nbuf);
       });
     }
     Plan p = fwd_plan(M, N, dtype);

@@ -70,9 +70,11 @@ struct Geo {
   int threads = 0;  // per CTA: tpr * rows, or tpr / cluster
   int cluster = 1;  // CTAs per row (a thread block cluster when > 1)
   int smem = 0;     // dynamic shared memory per CTA (bytes): > 0 for a staged kernel (Stage), on a persistent grid
+  int nbuf = 0;     // Stage buffers (0: not staged)
 };
 
-// MYOPS_ROW_STAGE: 0 never stage, 1 (default) stage rows split over a cluster, 2 stage every row (tuning only).
+// MYOPS_ROW_STAGE: 0 never stage, 1 (default) stage rows split over a cluster when the kernel holds one CTA per SM
+// without staging, 2 stage every row (tuning only).
 inline int stage_mode() {
   static const int v = [] {
     const char* e = std::getenv("MYOPS_ROW_STAGE");
@@ -80,11 +82,39 @@ inline int stage_mode() {
   }();
   return v;
 }
-// g with a Stage of bytes_per_thread per thread if the stage mode asks for one (fits: at most 160 KB).
-inline Geo staged(Geo g, int bytes_per_thread) {
+// MYOPS_ROW_STAGE_BUFS: 1 (default) or 2 staging buffers where they fit (tuning only). Two measured no faster than
+// one on the H200 and cost occupancy where shared memory bounds it (layer_norm fp32 N = 65536: 71 -> 54% of copy).
+inline int stage_bufs() {
+  static const int v = [] {
+    const char* e = std::getenv("MYOPS_ROW_STAGE_BUFS");
+    return e && e[0] == '2' ? 2 : 1;
+  }();
+  return v;
+}
+// g with a Stage of bytes_per_thread per thread for `kernel` if the stage mode asks for one, in up to 200 KB (the
+// static reduction buffer and the 227 KB limit leave room). By default only kernels that hold one CTA per SM without
+// it are staged: where two CTAs share an SM one's loads already overlap the other's reductions, and staging measured
+// slower there (softmax bf16 N = 65536, H200: 72.8% of copy unstaged, 68.7% staged), faster where one CTA is all
+// (rms_norm fp32 N = 65536: 62.5 -> 67.6%, N = 262144: 53.0 -> 59.1%).
+template <class K> Geo staged(Geo g, int bytes_per_thread, K kernel) {
   const int mode = stage_mode();
   const int64_t bytes = (int64_t)bytes_per_thread * g.threads;
-  if (g.ns && (mode == 2 || (mode == 1 && g.cluster > 1)) && bytes <= (160 << 10)) g.smem = (int)bytes;
+  if (!g.ns || !(mode == 2 || (mode == 1 && g.cluster > 1))) return g;
+  if (mode == 1) {
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, g.threads, 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return g;
+    }
+    if (per_sm != 1) return g;
+  }
+  for (int n = stage_bufs(); n >= 1; --n) {
+    if (n * bytes <= (200 << 10)) {
+      g.nbuf = n;
+      g.smem = (int)(n * bytes);
+      return g;
+    }
+  }
   return g;
 }
 
@@ -312,49 +342,71 @@ template <class T, int NS> struct Regs {
   }
 };
 
-// A thread's slots of its row group's next row, copied into shared memory with cp.async (16 bytes each, no
+// A thread's slots of its row group's next rows, copied into shared memory with cp.async (16 bytes each, no
 // registers) while the current row is reduced and written: a persistent CTA (grid = what fits on the chip) keeps
-// HBM busy through its reductions, which for rows split over a cluster include cluster barriers. Slot s of thread i
-// is buf[s * blockDim + i] (a warp's 16-byte accesses are contiguous: no bank conflicts). Each thread reads back only
-// what it copied, so no barrier guards the buffer; a copy into it is issued only once the thread's registers hold
-// the previous row and a value computed from all of them (`after`) exists, so the shared loads have completed.
+// HBM busy through its reductions, which for rows split over a cluster include cluster barriers. With two buffers
+// the copies of the next two rows are in flight (the SMs run their rows in step, so with one buffer the chip's loads
+// paused while every CTA took its row and ran its first pass). Slot s of thread i in buffer b is
+// buf[(b * NS + s) * blockDim + i] (a warp's 16-byte accesses are contiguous: no bank conflicts). Each thread reads
+// back only what it copied, so no barrier guards the buffers; a copy into a buffer is issued only once the thread's
+// registers hold the row it held and a value computed from all of them (`after`) exists, so the shared loads have
+// completed.
 template <class T, int NS> struct Stage {
-  uint4* buf;  // dynamic shared memory: NS * blockDim 16-byte slots
-  __device__ explicit Stage(unsigned char* smem) : buf(reinterpret_cast<uint4*>(smem)) {}
+  uint4* buf;  // dynamic shared memory: nbuf * NS * blockDim 16-byte slots
+  int nbuf;    // 0 (the kernel loads from global memory), 1 or 2
+  int k = 0;   // rows taken so far: buffer k % nbuf holds the next
+  __device__ Stage(unsigned char* smem, int nbuf_) : buf(reinterpret_cast<uint4*>(smem)), nbuf(nbuf_) {}
   static constexpr int bytes_per_thread() { return NS * 16; }
-  // Starts copying row `row` of [M, N] (row stride rs); nothing for a row past M. `after`: see above.
-  __device__ __forceinline__ void issue(const T* __restrict__ base, int64_t rs, int64_t row, int64_t M, int N, int t,
-                                        int tpr, float after) {
+  __device__ __forceinline__ uint4* slot(int b, int s) const { return buf + (b * NS + s) * blockDim.x + threadIdx.x; }
+  // Copies row `row` of [M, N] (row stride rs) into buffer b (nothing for a row past M) as one cp.async group.
+  __device__ __forceinline__ void copy(int b, const T* __restrict__ base, int64_t rs, int64_t row, int64_t M, int N,
+                                       int t, int tpr, float after) {
     if (row < M) {
       const T* src = base + row * rs;
 #pragma unroll
       for (int s = 0; s < NS; ++s) {
         const int c = Regs<T, NS>::col(s, t, tpr);
         if (c < N) {
-          const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(buf + s * blockDim.x + threadIdx.x));
+          const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(slot(b, s)));
           asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + c), "f"(after) : "memory");
         }
       }
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
   }
-  // Waits for this thread's copies and moves them into v (slots past N, or a row past M: `fill`).
+  // Before the row loop: starts the copies of the row group's first nbuf rows (first, first + step).
+  __device__ __forceinline__ void start(const T* __restrict__ base, int64_t rs, int64_t first, int64_t step,
+                                        int64_t M, int N, int t, int tpr) {
+    for (int b = 0; b < nbuf; ++b) copy(b, base, rs, first + b * step, M, N, t, tpr, 0.f);
+  }
+  // Waits for row `row`'s copies and moves them into v (slots past N, or a row past M: `fill`).
   __device__ __forceinline__ void take(Regs<T, NS>& v, int64_t row, int64_t M, int N, int t, int tpr, T fill) {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if (nbuf == 2) asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // the newer row may stay in flight
+    else asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     if (row >= M) {
       v.fill(fill);
       return;
     }
     const uint32_t f = splat_word(fill);
+    const int b = nbuf == 2 ? (k & 1) : 0;
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       if (Regs<T, NS>::col(s, t, tpr) < N) {
-        const uint4 q = buf[s * blockDim.x + threadIdx.x];
+        const uint4 q = *slot(b, s);
         v.u[s][0] = q.x, v.u[s][1] = q.y, v.u[s][2] = q.z, v.u[s][3] = q.w;
       } else {
         v.u[s][0] = v.u[s][1] = v.u[s][2] = v.u[s][3] = f;
       }
     }
+  }
+  // After the first pass over row `row` (taken last; `after` computed from all of it): refills its buffer with the
+  // row nbuf steps ahead. Nothing without staging.
+  __device__ __forceinline__ void next(const T* __restrict__ base, int64_t rs, int64_t row, int64_t step, int64_t M,
+                                       int N, int t, int tpr, float after) {
+    if (nbuf == 0) return;
+    const int b = nbuf == 2 ? (k & 1) : 0;
+    copy(b, base, rs, row + nbuf * step, M, N, t, tpr, after);
+    ++k;
   }
 };
 

@@ -155,9 +155,9 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
-  rr::Stage<T, NS> st(stage_smem);  // staged: x only (never with ADD)
+  rr::Stage<T, NS> st(stage_smem, staged);  // staged: x only (never with ADD)
   const T zero = from_acc<T>(A(0));
-  if (staged) st.issue(x, xs, l.first() + l.slot, M, N, l.t, tpr, 0.f);
+  st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
     for (int s = 0; s < NS; ++s)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) ss += v.at(s, e) * v.at(s, e);
-    if (staged) st.issue(x, xs, r + l.step(), M, N, l.t, tpr, ss);
+    st.next(x, xs, r, l.step(), M, N, l.t, tpr, ss);
     const A rs = inv_sqrt(red(ss, rr::Sum{}, A(0)) / A(N) + eps);
     if (!live) continue;
     if (l.t == 0 && rstd != nullptr) rstd[r] = rs;
@@ -320,14 +320,14 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
     if (g0.ns && rr::operands_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, {w}, M, N, es)) {
       return rr::with_ns<kFwdNs<T, ADD>>(g0.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
-        const rr::Geo g = ADD ? g0 : rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread());
+        const rr::Geo g = ADD ? g0 : rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread(), rr_fwd_kernel<T, NS, ADD>);
         const int64_t grid = rr::row_grid(g, rr_fwd_kernel<T, NS, ADD>, M);
         if (grid < 0) return (int)MYOPS_EARG;
         return rr::launch(g, grid, rr_fwd_kernel<T, NS, ADD>, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<T*>(s_out.ptr), s_out.row_stride,
                           static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr), x.row_stride,
                           static_cast<const T*>(res.ptr), res.row_stride, static_cast<const T*>(w), M, (int)N,
-                          (acc_t<T>)eps, g.tpr, g.smem > 0);
+                          (acc_t<T>)eps, g.tpr, g.nbuf);
       });
     }
     Plan p = fwd_plan(M, N, dtype, ADD);

@@ -117,9 +117,9 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
-  rr::Stage<T, NS> st(stage_smem);
+  rr::Stage<T, NS> st(stage_smem, staged);
   const T ninf = from_acc<T>(neg_inf<A>());
-  if (staged) st.issue(x, xs, l.first() + l.slot, M, N, l.t, tpr, 0.f);
+  st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
     if (staged) st.take(v, r, M, N, l.t, tpr, ninf);
     else v.load_row(x, xs, r, M, N, l.t, tpr, ninf);
     const A tm = rr::thread_max(v);
-    if (staged) st.issue(x, xs, r + l.step(), M, N, l.t, tpr, tm);
+    st.next(x, xs, r, l.step(), M, N, l.t, tpr, tm);
     const A m = red(tm, rr::Max{}, neg_inf<A>());
     const A ms = rr::exp_shift(m);
     const A sum = red(rr::thread_exp_sum<false>(v, ms, N, l.t, tpr).a, rr::Sum{}, A(0));
@@ -206,12 +206,12 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
     if (g0.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
       return rr::with_ns<kFwdNs<T>>(g0.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
-        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread());
+        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread(), rr_fwd_kernel<T, NS, LOG>);
         const int64_t grid = rr::row_grid(g, rr_fwd_kernel<T, NS, LOG>, M);
         if (grid < 0) return (int)MYOPS_EARG;
         return rr::launch(g, grid, rr_fwd_kernel<T, NS, LOG>, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, M, (int)N,
-                          g.tpr, g.smem > 0);
+                          g.tpr, g.nbuf);
       });
     }
     Plan p = make_plan(M, N, es, 1, 0, 0, true);
