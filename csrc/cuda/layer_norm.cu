@@ -223,7 +223,7 @@ template <class T, int NS> constexpr auto rr_fwd_kernel_for() {
 
 // ws: [2][owners][N] dw, db partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
 template <class T, int NS>
-__global__ void __launch_bounds__(1024) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+__global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                      acc_t<T>* __restrict__ ws,            // [2, owners, N]
                                                      const T* __restrict__ dy, int64_t dys,  // [M, N]
                                                      const T* __restrict__ x, int64_t xs,    // [M, N]
@@ -323,9 +323,21 @@ template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
   else if (bwd) return rr::geometry(N, elem, MaxNs, 1024, rr::target_tpr_bwd(), rr::kMaxCluster);
   else return rr::geometry(N, elem, MaxNs, 512, rr::target_tpr(), rr::kMaxCluster);
 }
+// Backward: fp32 rows longer than 1024 threads x 8 CTAs hold take 2 vectors per thread in 512-thread CTAs (bound to
+// 512 threads, 128 registers), up to 65536 elements in a cluster of 16, instead of the rows.cuh engine (fwd+bwd at
+// N = 65536 was 24% of copy on the H200).
+template <class T> constexpr int kBwdLaunchNs = sizeof(T) == 4 ? 2 : kBwdNs<T>;
+template <class T> rr::Geo rr_bwd_geo(int64_t N) {
+  rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T), true);
+  if (sizeof(T) == 4 && !g.ns) {
+    g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
+    if (g.cluster == 1) g = rr::Geo{};
+  }
+  return g;
+}
 template <class T> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool params) {
   if (!params) return rr::cover_grid(g, M);
-  return rr::with_ns<kBwdNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {
+  return rr::with_ns<kBwdLaunchNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {
     return rr::resident_grid(g, rr_bwd_kernel<T, decltype(ns)::value>, M);
   });
 }
@@ -377,7 +389,7 @@ extern "C" int64_t myops_layer_norm_backward_ws_cuda(myops_operand dy, myops_ope
   int64_t rows_ = 0;
   dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
-    const rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T), true);
+    const rr::Geo g = rr_bwd_geo<T>(N);
     if (g.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T))) {
       const int64_t grid = rr_bwd_grid<T>(g, M, true);
       rows_ = rr::owners(g, grid);
@@ -399,13 +411,13 @@ extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, my
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
-    const rr::Geo g = rr_geo<kBwdNs<T>>(N, es, true);
+    const rr::Geo g = rr_bwd_geo<T>(N);
     if (g.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
       // the workspace was sized for this path: dx must qualify too (the C++ layer allocates it contiguous)
       if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;
       const int64_t grid = rr_bwd_grid<T>(g, M, ws != nullptr);
       if (grid < 0) return (int)MYOPS_EARG;
-      return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {
+      return rr::with_ns<kBwdLaunchNs<T>>(g.ns, [&](auto ns) -> int {
         return rr::launch(g, grid, rr_bwd_kernel<T, decltype(ns)::value>, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(dx.ptr), dx.row_stride, static_cast<acc_t<T>*>(ws),
                           static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(x.ptr), x.row_stride,

@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
 }
 
 template <class T, int NS, bool LOG>
-__global__ void __launch_bounds__(rr::max_threads<T>()) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+__global__ void __launch_bounds__(NS > 4 ? 512 : rr::max_threads<T>()) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                       const T* __restrict__ dy, int64_t dys,  // [M, N]
                                                       const T* __restrict__ y, int64_t ys,    // [M, N]
                                                       int64_t M, int N, int tpr) {
@@ -195,6 +195,18 @@ template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem) {
   if constexpr (MaxNs == 0) return {};
   else return rr::geometry(N, elem, MaxNs, elem == 4 ? 1024 : 512, rr::target_tpr(), rr::kMaxCluster);
 }
+// Backward: fp32 rows longer than 4 vectors x 1024 threads x 8 CTAs (and than 16 CTAs of 512) take 8 vectors per
+// thread in 512-thread CTAs (that kernel is bound to 512 threads, 128 registers), up to 262144 elements in a cluster
+// of 16, instead of the rows.cuh engine (fwd+bwd at N = 262144 was 34% of copy on the H200).
+template <class T> constexpr int kBwdLaunchNs = sizeof(T) == 4 ? 8 : kBwdNs<T>;
+template <class T> rr::Geo rr_bwd_geo(int64_t N) {
+  rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T));
+  if (sizeof(T) == 4 && !g.ns) {
+    g = rr::geometry(N, sizeof(T), 8, 512, rr::target_tpr(), rr::kMaxCluster);
+    if (g.cluster == 1) g = rr::Geo{};
+  }
+  return g;
+}
 
 template <bool LOG>
 int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtype, void* stream) {
@@ -231,9 +243,9 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
-    const rr::Geo g = rr_geo<kBwdNs<T>>(N, es);
+    const rr::Geo g = rr_bwd_geo<T>(N);
     if (g.ns && rr::operands_ok({dy, y}, {dx}, {}, M, N, es)) {
-      return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {
+      return rr::with_ns<kBwdLaunchNs<T>>(g.ns, [&](auto ns) -> int {
         return rr::launch(g, rr::cover_grid(g, M), rr_bwd_kernel<T, decltype(ns)::value, LOG>,
                           static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr), dx.row_stride,
                           static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(y.ptr), y.row_stride, M,
