@@ -10,8 +10,9 @@ from common import check_against_eager, check_close, make_tensor
 # (rows, N): tiny, odd, a warp per row, a CTA per row, long rows split over a cluster, very long rows.
 ROW_SHAPES = [(5, 1), (3, 7), (4, 64), (2, 769), (3, 5125), (2, 65536), (2, 65537), (1, 262144)]
 # Contiguous rows that the GPU's register path splits over a thread block cluster (ROW_SHAPES' padded rows take
-# the general engine), with enough rows of 24576 that the backward kernels' row loop runs several per cluster.
-CLUSTER_SHAPES = [(3, 65536), (1, 262144), (300, 24576)]
+# the general engine), with enough rows (9 of 262144, 300 of 24576) that the kernels with a row loop run several per
+# cluster.
+CLUSTER_SHAPES = [(3, 65536), (9, 262144), (300, 24576)]
 
 
 def run_case(fn, eager_fn, ref_fn, inputs, grad=True, grad_inputs=None, tol_check=True, scale_fn=None):

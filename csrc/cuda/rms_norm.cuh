@@ -281,6 +281,90 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
   }
 }
 
+// Rows too long for rr_bwd_kernel's registers (its per-column dw sums and the next row's prefetch): 4 (16-bit) or 8
+// (fp32) vectors per thread in 512-thread CTAs of a 16-CTA cluster hold dy, x and the weight (262144 elements); the
+// dw sums of a thread's columns live in its own shared-memory slots (no barrier: each thread touches only its own),
+// and the next row is not prefetched. dws: [NS * VEC][blockDim] fp32 per CTA (64 KB). fp32 reads the weight from L2
+// on each pass instead of holding it (8 vectors of it spilled at 128 registers).
+template <class T, int NS, bool ADD>
+__global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
+                                                          acc_t<T>* __restrict__ ws,             // [owners, N]
+                                                          const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                          const T* __restrict__ sx, int64_t sxs,  // [M, N]
+                                                          const T* __restrict__ dso, int64_t dsos,  // [M, N] (ADD)
+                                                          const acc_t<T>* __restrict__ rstd,      // [M]
+                                                          const T* __restrict__ w,                // [N] or null
+                                                          int64_t M, int N, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  extern __shared__ __align__(16) unsigned char stage_smem[];
+  A* dws = reinterpret_cast<A*>(stage_smem);
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T zero = from_acc<T>(A(0));
+  const int nt = blockDim.x, me = threadIdx.x;
+  constexpr bool kWRegs = sizeof(T) == 2;
+  rr::Regs<T, kWRegs ? NS : 1> wr;
+  if (kWRegs && w) wr.load(w, N, l.t, tpr, zero);
+  const auto weight = [&](int s, int c, A(&wv)[VEC]) {
+    if constexpr (kWRegs) wr.fresh(s, wv);
+    else rr::load_param(w, c, wv);
+  };
+  if (ws) {
+#pragma unroll
+    for (int i = 0; i < NS * VEC; ++i) dws[i * nt + me] = A(0);
+  }
+  for (int64_t r = l.first(); r < M; r += l.step()) {  // one row per cluster: every row is live
+    rr::Regs<T, NS> g, v;
+    g.load_row(dy, dys, r, M, N, l.t, tpr, zero);
+    v.load_row(sx, sxs, r, M, N, l.t, tpr, zero);
+    const A rs = rstd[r];
+    A dot = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;  // (g and v are 0 there)
+      A wv[VEC];
+      if (w) weight(s, c, wv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A gv = g.at(s, e), xv = v.at(s, e);
+        if (ws) dws[(s * VEC + e) * nt + me] += gv * xv * rs;
+        dot += (w ? mul_rn(gv, wv[e]) : gv) * xv;
+      }
+    }
+    const A k = red(dot, rr::Sum{}, A(0)) / A(N) * rs * rs;
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A d[VEC], gv[VEC], xv[VEC], wv[VEC];
+      g.fresh(s, gv);
+      v.fresh(s, xv);
+      if (w) weight(s, c, wv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) d[e] = rs * ((w ? mul_rn(gv[e], wv[e]) : gv[e]) - xv[e] * k);
+      if (ADD && dso != nullptr) {
+        A u[VEC];
+        rr::load_param(dso + r * dsos, c, u);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) d[e] += u[e];
+      }
+      rr::store(dx + r * dxs, c, d);
+    }
+  }
+  if (!ws) return;
+  A* out = ws + l.owner() * N;
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+    if (c >= N) break;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out[c + e] = dws[(s * VEC + e) * nt + me];
+  }
+}
+
 // Vectors per thread (0: fp64, which always takes the rows.cuh engine). Forward holds x (and the residual); backward
 // holds dy, x, the weight and the dw sums (VEC fp32 per vector), so it stops at 64 bytes of each per thread.
 template <class T, bool ADD> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : ADD ? 4 : 8;
@@ -293,6 +377,16 @@ template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if constexpr (kBwdNs<T> == 0) return {};
   else return rr::geometry(N, sizeof(T), kBwdNs<T>, rr::bwd_max_threads<T>(), rr::target_tpr_bwd(), rr::kMaxCluster);
+}
+// Rows that rr_bwd_geo cannot hold: rr_bwd_long_kernel's geometry (a cluster of 512-thread CTAs, kLongNs vectors per
+// thread, 64 KB of dw slots per CTA), or none.
+template <class T> constexpr int kLongNs = sizeof(T) == 4 ? 8 : 4;
+template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
+  if constexpr (sizeof(T) == 8) return {};
+  rr::Geo g = rr::geometry(N, sizeof(T), kLongNs<T>, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
+  if (g.cluster == 1) return {};
+  g.smem = kLongNs<T> * (16 / (int)sizeof(T)) * g.threads * (int)sizeof(acc_t<T>);
+  return g;
 }
 // The backward fast path's grid with a dw workspace (-1: none fits).
 template <class T, bool ADD> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool dw) {
@@ -352,11 +446,20 @@ inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand
   int64_t rows_ = 0;
   dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
-    const rr::Geo g = rr_bwd_geo<T>(N);
-    if (g.ns && rr::operands_ok({dy, s, add ? ds_out : s}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T))) {
+    const rr::Geo g = rr_bwd_geo<T>(N), gl = rr_bwd_long_geo<T>(N);
+    const bool ok = rr::operands_ok({dy, s, add ? ds_out : s}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T));
+    if (g.ns && ok) {
       const int64_t grid = add ? rr_bwd_grid<T, true>(g, M, true) : rr_bwd_grid<T, false>(g, M, true);
       rows_ = rr::owners(g, grid);
       return (int)MYOPS_OK;
+    }
+    if constexpr (sizeof(T) != 8) {
+      if (gl.ns && ok) {
+        const int64_t grid = add ? rr::resident_grid(gl, rr_bwd_long_kernel<T, kLongNs<T>, true>, M)
+                                 : rr::resident_grid(gl, rr_bwd_long_kernel<T, kLongNs<T>, false>, M);
+        rows_ = rr::owners(gl, grid);
+        return (int)MYOPS_OK;
+      }
     }
     Plan p = bwd_plan(M, N, dtype, true);
     const int rc = add ? finish_plan(p, bwd_kernel<T, true>, M) : finish_plan(p, bwd_kernel<T, false>, M);
@@ -375,6 +478,20 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
     const int es = sizeof(T);
     const rr::Geo g = rr_bwd_geo<T>(N);
     const myops_operand ds_in = ADD ? ds_out : s;
+    if constexpr (sizeof(T) != 8) {
+      const rr::Geo gl = rr_bwd_long_geo<T>(N);
+      if (!g.ns && gl.ns && rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
+        if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;  // the workspace was sized for this
+        constexpr auto kernel = rr_bwd_long_kernel<T, kLongNs<T>, ADD>;
+        const int64_t grid = rr::resident_grid(gl, kernel, M);
+        if (grid < 0) return (int)MYOPS_EARG;
+        return rr::launch(gl, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr), dx.row_stride,
+                          static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
+                          static_cast<const T*>(s.ptr), s.row_stride, static_cast<const T*>(ds_out.ptr),
+                          ds_out.row_stride, static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N,
+                          gl.tpr);
+      }
+    }
     if (g.ns && rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
       // the workspace was sized for this path: dx must qualify too (the C++ layer allocates it contiguous)
       if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;
