@@ -313,6 +313,88 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
   }
 }
 
+// Rows too long for rr_bwd_kernel's registers (its per-column sums and the next row's prefetch): 4 (16-bit) or 8
+// (fp32) vectors per thread in 512-thread CTAs of a 16-CTA cluster hold dy and x (262144 elements); the dw and db sums
+// of a thread's columns live in its own shared-memory slots (no barrier: each thread touches only its own), the weight
+// is read from L2 on each pass, and the next row is not prefetched. dwb: [2][NS * VEC][blockDim] fp32 per CTA (128 KB).
+template <class T, int NS>
+__global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
+                                                          acc_t<T>* __restrict__ ws,             // [2, owners, N]
+                                                          const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                          const T* __restrict__ x, int64_t xs,    // [M, N]
+                                                          const acc_t<T>* __restrict__ mean,      // [M]
+                                                          const acc_t<T>* __restrict__ rstd,      // [M]
+                                                          const T* __restrict__ w,                // [N] or null
+                                                          int64_t M, int N, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T), SL = NS * VEC;
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  extern __shared__ __align__(16) unsigned char stage_smem[];
+  A* dwb = reinterpret_cast<A*>(stage_smem);
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T zero = from_acc<T>(A(0));
+  const int nt = blockDim.x, me = threadIdx.x;
+  if (ws) {
+#pragma unroll
+    for (int i = 0; i < 2 * SL; ++i) dwb[i * nt + me] = A(0);
+  }
+  for (int64_t r = l.first(); r < M; r += l.step()) {  // one row per cluster: every row is live
+    rr::Regs<T, NS> g, v;
+    g.load_row(dy, dys, r, M, N, l.t, tpr, zero);
+    v.load_row(x, xs, r, M, N, l.t, tpr, zero);
+    const A mu = mean[r], rs = rstd[r];
+    A sg = A(0), sgx = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A wv[VEC];
+      if (w) rr::load_param(w, c, wv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A gv = g.at(s, e), xh = (v.at(s, e) - mu) * rs;
+        if (ws) {
+          dwb[(s * VEC + e) * nt + me] += gv * xh;
+          dwb[(SL + s * VEC + e) * nt + me] += gv;
+        }
+        const A gw = w ? mul_rn(gv, wv[e]) : gv;
+        sg += gw;
+        sgx += gw * xh;
+      }
+    }
+    const Pair<A> tot = red(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});
+    const A mg = tot.a / A(N), mgx = tot.b / A(N);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A gv[VEC], xv[VEC], wv[VEC];
+      g.fresh(s, gv);
+      v.fresh(s, xv);
+      if (w) rr::load_param(w, c, wv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A gw = w ? mul_rn(gv[e], wv[e]) : gv[e];
+        gv[e] = rs * (gw - mg - (xv[e] - mu) * rs * mgx);
+      }
+      rr::store(dx + r * dxs, c, gv);
+    }
+  }
+  if (!ws) return;
+  const int64_t owners = l.owners(), o = l.owner();
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+    if (c >= N) break;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      ws[o * N + c + e] = dwb[(s * VEC + e) * nt + me];
+      ws[(owners + o) * N + c + e] = dwb[(SL + s * VEC + e) * nt + me];
+    }
+  }
+}
+
 // Vectors per thread (0: fp64 takes the rows.cuh engine). Backward holds dy and x of two rows (prefetch), the
 // weight and two sums (VEC fp32 per vector) of each: one vector per thread and up to 1024 threads keep it within 64
 // registers (at two vectors it took 92-113 registers, one or two CTAs per SM).
@@ -333,6 +415,16 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
     g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
     if (g.cluster == 1) g = rr::Geo{};
   }
+  return g;
+}
+// Rows that rr_bwd_geo cannot hold: rr_bwd_long_kernel's geometry (a cluster of 512-thread CTAs, kLongNs vectors per
+// thread, 128 KB of dw/db slots per CTA), or none.
+template <class T> constexpr int kLongNs = sizeof(T) == 4 ? 8 : 4;
+template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
+  if constexpr (sizeof(T) == 8) return {};
+  rr::Geo g = rr::geometry(N, sizeof(T), kLongNs<T>, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
+  if (g.cluster == 1) return {};
+  g.smem = 2 * kLongNs<T> * (16 / (int)sizeof(T)) * g.threads * (int)sizeof(acc_t<T>);
   return g;
 }
 template <class T> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool params) {
@@ -390,10 +482,18 @@ extern "C" int64_t myops_layer_norm_backward_ws_cuda(myops_operand dy, myops_ope
   dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
     const rr::Geo g = rr_bwd_geo<T>(N);
-    if (g.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T))) {
+    const bool ok = rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T));
+    if (g.ns && ok) {
       const int64_t grid = rr_bwd_grid<T>(g, M, true);
       rows_ = rr::owners(g, grid);
       return (int)MYOPS_OK;
+    }
+    if constexpr (sizeof(T) != 8) {
+      const rr::Geo gl = rr_bwd_long_geo<T>(N);
+      if (gl.ns && ok) {
+        rows_ = rr::owners(gl, rr::resident_grid(gl, rr_bwd_long_kernel<T, kLongNs<T>>, M));
+        return (int)MYOPS_OK;
+      }
     }
     Plan p = bwd_plan(M, N, dtype, true);
     const int rc = finish_plan(p, ln_bwd_kernel<T>, M);
@@ -412,6 +512,19 @@ extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, my
     using T = decltype(tag);
     constexpr int es = sizeof(T);
     const rr::Geo g = rr_bwd_geo<T>(N);
+    if constexpr (es != 8) {
+      const rr::Geo gl = rr_bwd_long_geo<T>(N);
+      if (!g.ns && gl.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
+        if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;  // the workspace was sized for this
+        constexpr auto kernel = rr_bwd_long_kernel<T, kLongNs<T>>;
+        const int64_t grid = rr::resident_grid(gl, kernel, M);
+        if (grid < 0) return (int)MYOPS_EARG;
+        return rr::launch(gl, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr), dx.row_stride,
+                          static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
+                          static_cast<const T*>(x.ptr), x.row_stride, static_cast<const acc_t<T>*>(mean),
+                          static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N, gl.tpr);
+      }
+    }
     if (g.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
       // the workspace was sized for this path: dx must qualify too (the C++ layer allocates it contiguous)
       if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;
