@@ -14,9 +14,9 @@
 // slots it staged itself, so no barrier guards the buffers. When even a cluster cannot hold the row, or the op needs
 // a single pass (cross_entropy), the plan streams (resident = 0): each pass re-reads global memory. With two
 // staging buffers (nbuf), the next row's cp.async is in flight while this row is reduced and written.
-// Role: since the register fast path (regrow.cuh) handles contiguous, aligned rows (split over clusters up to
-// 262144-wide forward rows), this engine serves what that path cannot: strided or misaligned rows, N not a multiple
-// of the 16-byte vector, fp64, and the longest backward rows. It is correct at every row length but slower (42-75% of
+// Role: since the register fast path (regrow.cuh) handles contiguous, aligned rows (split over clusters, up to
+// 262144-wide rows forward and backward), this engine serves what that path cannot: strided or misaligned rows, N not
+// a multiple of the 16-byte vector, fp64, and rows longer than 16 CTAs hold. It is correct at every row length but slower (42-75% of
 // copy bandwidth at [16384, 4096], 14-38% on long rows, H200; BENCHMARKS.md).
 #pragma once
 #include <cooperative_groups.h>
