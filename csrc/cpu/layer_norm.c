@@ -6,22 +6,22 @@ int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rstd, myops_oper
                          const void* b, int64_t M, int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
-  double* v = (double*)malloc((size_t)(N > 0 ? N : 1) * sizeof(double));
+  const int64_t n1 = N > 0 ? N : 1;
+  double* v = (double*)malloc((size_t)n1 * 3 * sizeof(double));
   if (v == NULL) return MYOPS_EARG;
+  double *wd = v + n1, *bd = v + 2 * n1;  /* weight, bias as fp64 */
+  myops_load_param(dtype, w, N, wd);
+  myops_load_param(dtype, b, N, bd);
   for (int64_t r = 0; r < M; ++r) {
     myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, N, v);
-    double sum = 0.0, sq = 0.0;
-    for (int64_t i = 0; i < N; ++i) sum += v[i];
-    const double mu = sum / (double)N;
-    for (int64_t i = 0; i < N; ++i) sq += (v[i] - mu) * (v[i] - mu);
-    const double rs = 1.0 / sqrt(sq / (double)N + eps);
+    const double mu = myops_sum(v, N) / (double)N;
+    const double rs = 1.0 / sqrt(myops_sum_sq_dev(v, N, mu) / (double)N + eps);
     myops_st_stat(dtype, mean, r, mu);
     myops_st_stat(dtype, rstd, r, rs);
-    for (int64_t i = 0; i < N; ++i) {
-      v[i] = (v[i] - mu) * rs;
-      if (w) v[i] *= myops_ld(dtype, w, i);
-      if (b) v[i] += myops_ld(dtype, b, i);
-    }
+    if (w && b) for (int64_t i = 0; i < N; ++i) v[i] = (v[i] - mu) * rs * wd[i] + bd[i];
+    else if (w) for (int64_t i = 0; i < N; ++i) v[i] = (v[i] - mu) * rs * wd[i];
+    else if (b) for (int64_t i = 0; i < N; ++i) v[i] = (v[i] - mu) * rs + bd[i];
+    else for (int64_t i = 0; i < N; ++i) v[i] = (v[i] - mu) * rs;
     myops_store_row(dtype, myops_out_row(&y, r, es), y.col_stride, N, v);
   }
   free(v);

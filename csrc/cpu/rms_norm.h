@@ -11,9 +11,11 @@ static int myops_rms_forward_cpu(const myops_out_operand* y, const myops_out_ope
                                  int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
-  double* v = (double*)malloc((size_t)(N > 0 ? N : 1) * 2 * sizeof(double));
+  const int64_t n1 = N > 0 ? N : 1;
+  double* v = (double*)malloc((size_t)n1 * 3 * sizeof(double));
   if (v == NULL) return MYOPS_EARG;
-  double* u = v + (N > 0 ? N : 1);
+  double *u = v + n1, *wd = v + 2 * n1;  /* the residual row; the weight as fp64 */
+  myops_load_param(dtype, w, N, wd);
   for (int64_t r = 0; r < M; ++r) {
     myops_load_row(dtype, myops_row(x, r, es), x->col_stride, N, v);
     if (res) {
@@ -21,11 +23,10 @@ static int myops_rms_forward_cpu(const myops_out_operand* y, const myops_out_ope
       for (int64_t i = 0; i < N; ++i) v[i] = myops_round(dtype, v[i] + u[i]);
       myops_store_row(dtype, myops_out_row(s_out, r, es), s_out->col_stride, N, v);
     }
-    double ss = 0.0;
-    for (int64_t i = 0; i < N; ++i) ss += v[i] * v[i];
-    const double rs = 1.0 / sqrt(ss / (double)N + eps);
+    const double rs = 1.0 / sqrt(myops_sum_sq(v, N) / (double)N + eps);
     if (rstd) myops_st_stat(dtype, rstd, r, rs);
-    for (int64_t i = 0; i < N; ++i) v[i] *= rs * (w ? myops_ld(dtype, w, i) : 1.0);
+    if (w) for (int64_t i = 0; i < N; ++i) v[i] *= rs * wd[i];
+    else for (int64_t i = 0; i < N; ++i) v[i] *= rs;
     myops_store_row(dtype, myops_out_row(y, r, es), y->col_stride, N, v);
   }
   free(v);

@@ -59,6 +59,45 @@ static inline void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, co
   }
 }
 
+/* Sums over a row buffer with 8 independent accumulators in a fixed order: a single running sum is a chain of
+ * dependent adds (one per FP-add latency, and the compiler may not reorder it without -ffast-math); 8 chains run in
+ * parallel and vectorize. fp64 either way, so the order changes nothing the rounding to the output can show. */
+#define MYOPS_SUM8(n, term)                                            \
+  do {                                                                 \
+    double acc_[8] = {0, 0, 0, 0, 0, 0, 0, 0};                         \
+    int64_t i = 0;                                                     \
+    for (; i + 8 <= (n); i += 8)                                       \
+      for (int j_ = 0; j_ < 8; ++j_) {                                 \
+        const int64_t k = i + j_;                                      \
+        acc_[j_] += (term);                                            \
+      }                                                                \
+    for (int64_t k = i; k < (n); ++k) acc_[k - i] += (term);           \
+    myops_sum8_result_ = ((acc_[0] + acc_[4]) + (acc_[2] + acc_[6])) + \
+                         ((acc_[1] + acc_[5]) + (acc_[3] + acc_[7]));  \
+  } while (0)
+
+static inline double myops_sum(const double* v, int64_t n) {
+  double myops_sum8_result_;
+  MYOPS_SUM8(n, v[k]);
+  return myops_sum8_result_;
+}
+static inline double myops_sum_sq(const double* v, int64_t n) {
+  double myops_sum8_result_;
+  MYOPS_SUM8(n, v[k] * v[k]);
+  return myops_sum8_result_;
+}
+static inline double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
+  double myops_sum8_result_;
+  MYOPS_SUM8(n, (v[k] - mu) * (v[k] - mu));
+  return myops_sum8_result_;
+}
+
+/* A per-column parameter vector (weight, bias; contiguous) as fp64, or null when absent: loaded once per call
+ * instead of converted per element of every row. */
+static inline void myops_load_param(int dtype, const void* p, int64_t n, double* dst) {
+  if (p != NULL) myops_load_row(dtype, p, 1, n, dst);
+}
+
 /* Row r of an operand, as a byte pointer. */
 static inline const char* myops_row(const myops_operand* o, int64_t r, int64_t es) {
   return (const char*)o->ptr + r * o->row_stride * es;
