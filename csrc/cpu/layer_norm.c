@@ -33,30 +33,33 @@ int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operan
                                   int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  const int64_t n1 = N > 0 ? N : 1;
+  double* g = (double*)malloc((size_t)n1 * 3 * sizeof(double));
+  if (g == NULL) return MYOPS_EARG;
+  double *xh = g + n1, *wd = g + 2 * n1;  /* dy (then dx), x (then xhat) rows; the weight */
+  myops_load_param(dtype, w, N, wd);
   for (int64_t r = 0; r < M; ++r) {
-    const char* gr = myops_row(&dy, r, es);
-    const char* xr = myops_row(&x, r, es);
+    myops_load_row(dtype, myops_row(&dy, r, es), dy.col_stride, N, g);
+    myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, N, xh);
     const double mu = myops_ld_stat(dtype, mean, r), rs = myops_ld_stat(dtype, rstd, r);
-    double sg = 0.0, sgx = 0.0;
-    for (int64_t i = 0; i < N; ++i) {
-      const double g = myops_ld(dtype, gr, i * dy.col_stride);
-      const double xh = (myops_ld(dtype, xr, i * x.col_stride) - mu) * rs;
-      if (ws) {
-        ws[i] += g * xh;
-        ws[N + i] += g;
-      }
-      const double gw = w ? g * myops_ld(dtype, w, i) : g;
-      sg += gw;
-      sgx += gw * xh;
+    for (int64_t i = 0; i < N; ++i) xh[i] = (xh[i] - mu) * rs;
+    if (ws) {
+      for (int64_t i = 0; i < N; ++i) ws[i] += g[i] * xh[i];
+      for (int64_t i = 0; i < N; ++i) ws[N + i] += g[i];
+    }
+    if (w) for (int64_t i = 0; i < N; ++i) g[i] *= wd[i];  /* g * w from here on */
+    double sg, sgx;
+    {
+      double myops_sum8_result_;
+      MYOPS_SUM8(N, g[k]);
+      sg = myops_sum8_result_;
+      MYOPS_SUM8(N, g[k] * xh[k]);
+      sgx = myops_sum8_result_;
     }
     const double mg = sg / (double)N, mgx = sgx / (double)N;
-    char* dr = myops_out_row(&dx, r, es);
-    for (int64_t i = 0; i < N; ++i) {
-      const double g = myops_ld(dtype, gr, i * dy.col_stride);
-      const double gw = w ? g * myops_ld(dtype, w, i) : g;
-      const double xh = (myops_ld(dtype, xr, i * x.col_stride) - mu) * rs;
-      myops_st(dtype, dr, i * dx.col_stride, rs * (gw - mg - xh * mgx));
-    }
+    for (int64_t i = 0; i < N; ++i) g[i] = rs * (g[i] - mg - xh[i] * mgx);
+    myops_store_row(dtype, myops_out_row(&dx, r, es), dx.col_stride, N, g);
   }
+  free(g);
   return MYOPS_OK;
 }

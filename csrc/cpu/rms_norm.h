@@ -38,26 +38,34 @@ static int myops_rms_backward_cpu(const myops_out_operand* dx, double* ws, const
                                   const void* w, int64_t M, int64_t N, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  const int64_t n1 = N > 0 ? N : 1;
+  double* g = (double*)malloc((size_t)n1 * 4 * sizeof(double));
+  if (g == NULL) return MYOPS_EARG;
+  double *v = g + n1, *e = g + 2 * n1, *wd = g + 3 * n1;  /* dy (then dx), s, ds_out rows; the weight */
+  myops_load_param(dtype, w, N, wd);
   for (int64_t r = 0; r < M; ++r) {
-    const char* gr = myops_row(dy, r, es);
-    const char* sr = myops_row(s, r, es);
+    myops_load_row(dtype, myops_row(dy, r, es), dy->col_stride, N, g);
+    myops_load_row(dtype, myops_row(s, r, es), s->col_stride, N, v);
     const double rs = myops_ld_stat(dtype, rstd, r);
-    double dot = 0.0;
-    for (int64_t i = 0; i < N; ++i) {
-      const double g = myops_ld(dtype, gr, i * dy->col_stride), v = myops_ld(dtype, sr, i * s->col_stride);
-      if (w) ws[i] += g * v * rs;
-      dot += g * (w ? myops_ld(dtype, w, i) : 1.0) * v;
+    if (w) {
+      for (int64_t i = 0; i < N; ++i) ws[i] += g[i] * v[i] * rs;
+      for (int64_t i = 0; i < N; ++i) g[i] *= wd[i];  /* g * w from here on */
+    }
+    double dot;
+    {
+      double myops_sum8_result_;
+      MYOPS_SUM8(N, g[k] * v[k]);
+      dot = myops_sum8_result_;
     }
     const double k = dot / (double)N * rs * rs;
-    char* dr = myops_out_row(dx, r, es);
-    const char* er = ds_out ? myops_row(ds_out, r, es) : NULL;
-    for (int64_t i = 0; i < N; ++i) {
-      const double g = myops_ld(dtype, gr, i * dy->col_stride) * (w ? myops_ld(dtype, w, i) : 1.0);
-      double d = rs * (g - myops_ld(dtype, sr, i * s->col_stride) * k);
-      if (er) d += myops_ld(dtype, er, i * ds_out->col_stride);
-      myops_st(dtype, dr, i * dx->col_stride, d);
+    for (int64_t i = 0; i < N; ++i) g[i] = rs * (g[i] - v[i] * k);
+    if (ds_out) {
+      myops_load_row(dtype, myops_row(ds_out, r, es), ds_out->col_stride, N, e);
+      for (int64_t i = 0; i < N; ++i) g[i] += e[i];
     }
+    myops_store_row(dtype, myops_out_row(dx, r, es), dx->col_stride, N, g);
   }
+  free(g);
   return MYOPS_OK;
 }
 
