@@ -292,9 +292,11 @@ def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable
         inputs = with_grad(inputs, case.grad_inputs)
         grad = [torch.randn_like(t) for t in tensors(out)]
         grads = {impl: fwd_bwd(fn, inputs, grad) for impl, fn in impls.items()}
+        # (grads holds only the timed implementations: --impls may leave eager or myops out)
         want = (fwd_bwd(case.torch_fn, as64(inputs), [g.double() for g in grad])() if case.ref64
-                else fwd_bwd(case.torch_fn, inputs, grad)())
-        failures.append(check(f"{label} grads", fwd_bwd(case.myops_fn, inputs, grad)(), want, inputs))
+                else grads.get("eager", fwd_bwd(case.torch_fn, inputs, grad))())
+        failures.append(check(f"{label} grads", grads.get("myops", fwd_bwd(case.myops_fn, inputs, grad))(), want,
+                              inputs))
         leaves = [t for t in tensors(inputs) if t.requires_grad]
         bwd = case.bwd_bytes(inputs, grad) if case.bwd_bytes else case.bytes(inputs + tuple(grad), leaves)
         nbytes = case.bytes(inputs, out) + bwd  # the backward re-reads the inputs it needs

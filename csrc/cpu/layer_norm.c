@@ -48,15 +48,7 @@ int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operan
       for (int64_t i = 0; i < N; ++i) ws[N + i] += g[i];
     }
     if (w) for (int64_t i = 0; i < N; ++i) g[i] *= wd[i];  /* g * w from here on */
-    double sg, sgx;
-    {
-      double myops_sum8_result_;
-      MYOPS_SUM8(N, g[k]);
-      sg = myops_sum8_result_;
-      MYOPS_SUM8(N, g[k] * xh[k]);
-      sgx = myops_sum8_result_;
-    }
-    const double mg = sg / (double)N, mgx = sgx / (double)N;
+    const double mg = myops_sum(g, N) / (double)N, mgx = myops_dot(g, xh, N) / (double)N;
     for (int64_t i = 0; i < N; ++i) g[i] = rs * (g[i] - mg - xh[i] * mgx);
     myops_store_row(dtype, myops_out_row(&dx, r, es), dx.col_stride, N, g);
   }

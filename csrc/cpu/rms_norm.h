@@ -51,13 +51,7 @@ static int myops_rms_backward_cpu(const myops_out_operand* dx, double* ws, const
       for (int64_t i = 0; i < N; ++i) ws[i] += g[i] * v[i] * rs;
       for (int64_t i = 0; i < N; ++i) g[i] *= wd[i];  /* g * w from here on */
     }
-    double dot;
-    {
-      double myops_sum8_result_;
-      MYOPS_SUM8(N, g[k] * v[k]);
-      dot = myops_sum8_result_;
-    }
-    const double k = dot / (double)N * rs * rs;
+    const double k = myops_dot(g, v, N) / (double)N * rs * rs;
     for (int64_t i = 0; i < N; ++i) g[i] = rs * (g[i] - v[i] * k);
     if (ds_out) {
       myops_load_row(dtype, myops_row(ds_out, r, es), ds_out->col_stride, N, e);

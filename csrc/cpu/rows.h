@@ -86,6 +86,11 @@ static inline double myops_sum_sq(const double* v, int64_t n) {
   MYOPS_SUM8(n, v[k] * v[k]);
   return myops_sum8_result_;
 }
+static inline double myops_dot(const double* a, const double* b, int64_t n) {
+  double myops_sum8_result_;
+  MYOPS_SUM8(n, a[k] * b[k]);
+  return myops_sum8_result_;
+}
 static inline double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
   double myops_sum8_result_;
   MYOPS_SUM8(n, (v[k] - mu) * (v[k] - mu));
