@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -167,6 +168,9 @@ class Config:
         self.cflags = ["-O3", "-std=c11", "-fPIC", "-Wall", "-fno-math-errno"]
         self.nvcc_flags = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-lineinfo", "--expt-relaxed-constexpr"]
         self.nvcc_flags += _gencode_flags(self.archs)
+        # MYOPS_NVCC_FLAGS: extra nvcc flags (e.g. -D switches of a kernel variant to A/B in one process tree); they
+        # enter the cache key, so each set of flags builds into its own directory.
+        self.nvcc_flags += shlex.split(os.environ.get("MYOPS_NVCC_FLAGS", ""))
         self.reg_cflags = ["-O3"] + (["-DMYOPS_WITH_CUDA"] if self.cuda else [])
         # at::parallel_for is a header template: with ATen's OpenMP backend it only runs in parallel when the
         # calling code is compiled with -fopenmp (without it the pragma is ignored and every CPU op ran on one

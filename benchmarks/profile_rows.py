@@ -27,8 +27,8 @@ RUN = {
     "rms_norm": lambda: m.rms_norm(x, w),
     "layer_norm": lambda: m.layer_norm(x, w, w),
     "softmax": lambda: m.softmax(x, -1),
-    "rms_norm_backward": lambda: m.rms_norm_backward(g, x, rstd, w, True),
-    "layer_norm_backward": lambda: m.layer_norm_backward(g, x, mean, lrstd, w, True),
+    "rms_norm_backward": lambda: m.rms_norm_backward(g, x, rstd, w, True, 1e-6),
+    "layer_norm_backward": lambda: m.layer_norm_backward(g, x, mean, lrstd, w, True, 1e-5),
     "cross_entropy": lambda: m.cross_entropy(lg, tg),
 }
 for name in sys.argv[1:] or ["rms_norm", "layer_norm"]:

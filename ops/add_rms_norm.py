@@ -29,7 +29,7 @@ def _(x, residual, weight=None, eps=1e-6):
 
 
 @torch.library.register_fake("myops::add_rms_norm_backward")
-def _(grad_y, grad_s, s, rstd, weight, weight_grad):
+def _(grad_y, grad_s, s, rstd, weight, weight_grad, eps):
     dw = s.new_empty((s.shape[-1],) if weight is not None and weight_grad else (0,))
     return s.new_empty(s.shape), dw
 
@@ -37,6 +37,7 @@ def _(grad_y, grad_s, s, rstd, weight, weight_grad):
 def _setup(ctx, inputs, output):
     ctx.mark_non_differentiable(output[2])
     ctx.save_for_backward(output[1], output[2], inputs[2])
+    ctx.eps = inputs[3]
 
 
 def _backward(ctx, grad_y, grad_s, _grad_rstd):
@@ -44,7 +45,7 @@ def _backward(ctx, grad_y, grad_s, _grad_rstd):
     want_w = weight is not None and ctx.needs_input_grad[2]
     if grad_y is None:  # only s was used: the norm contributes nothing
         return grad_s, grad_s, None, None
-    ds, dw = BACKWARD(grad_y, grad_s, s, rstd, weight, want_w)
+    ds, dw = BACKWARD(grad_y, grad_s, s, rstd, weight, want_w, ctx.eps)
     return ds, ds, (dw if want_w else None), None
 
 

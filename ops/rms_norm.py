@@ -35,7 +35,7 @@ def _(x, weight=None, eps=1e-6):
 
 
 @torch.library.register_fake("myops::rms_norm_backward")
-def _(grad, x, rstd, weight, weight_grad):
+def _(grad, x, rstd, weight, weight_grad, eps):
     dw = x.new_empty((x.shape[-1],) if weight is not None and weight_grad else (0,))
     return x.new_empty(x.shape), dw
 
@@ -44,12 +44,13 @@ def _setup(ctx, inputs, output):
     x, weight = inputs[0], inputs[1]
     ctx.mark_non_differentiable(output[1])
     ctx.save_for_backward(x, output[1], weight)
+    ctx.eps = inputs[2]
 
 
 def _backward(ctx, grad, _grad_rstd):
     x, rstd, weight = ctx.saved_tensors
     want_w = weight is not None and ctx.needs_input_grad[1]
-    dx, dw = BACKWARD(grad, x, rstd, weight, want_w)
+    dx, dw = BACKWARD(grad, x, rstd, weight, want_w, ctx.eps)
     return dx, (dw if want_w else None), None
 
 

@@ -15,6 +15,12 @@ ROW_SHAPES = [(5, 1), (3, 7), (4, 64), (2, 769), (3, 5125), (2, 65536), (2, 6553
 CLUSTER_SHAPES = [(3, 65536), (9, 262144), (300, 24576)]
 
 
+# Rows of 1-4 elements, where a norm's input gradient is what remains after its terms cancel (N = 1 for rms_norm and
+# N = 2 for layer_norm leave eps * rstd^2 alone): a backward that used the forward's rounded fp32 statistics broke the
+# 2x-eager rule on about 1 row in 100 (tests/test_*norm.py::test_short_rows).
+SHORT_ROWS = [(1 + seed % 3, n, seed) for n in (1, 2, 3, 4) for seed in range(150)]
+
+
 def run_case(fn, eager_fn, ref_fn, inputs, grad=True, grad_inputs=None, tol_check=True, scale_fn=None):
     """Outputs (and gradients) at most 2x eager's error vs float64; the first output also within TOL, relative to
     scale_fn(*float64 inputs) when given (the magnitude of the terms that cancel in it), else to |reference|."""

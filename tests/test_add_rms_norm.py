@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, ROW_SHAPES, param, run_case
+from rowops import CLUSTER_SHAPES, ROW_SHAPES, SHORT_ROWS, param, run_case
 
 OP = torch.ops.myops.add_rms_norm.default
 
@@ -44,6 +44,14 @@ def test_row_lengths(device, dtype, shape):
     r = make_tensor(shape, dtype, device, seed=2)
     w = make_tensor(shape[-1:], dtype, device, seed=1)
     run_case(ops.add_rms_norm, eager, reference(dtype), [x, r, w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_short_rows(device):
+    for m, n, seed in SHORT_ROWS:
+        x, r = (make_tensor((m, n), torch.float32, device, seed=seed + k) for k in (0, 1000))
+        run_case(ops.add_rms_norm, eager, reference(torch.float32),
+                 [x, r, make_tensor((n,), torch.float32, device, seed=seed + 500)])
 
 
 @pytest.mark.cuda
@@ -83,8 +91,8 @@ def test_opcheck(device, dtype):
     check_opcheck(OP, (x, r, None, 1e-5))
     y, s, rstd = OP(x.detach(), r.detach(), w.detach(), 1e-6)
     check_opcheck(torch.ops.myops.add_rms_norm_backward.default,
-                  (torch.randn_like(y), torch.randn_like(s), s, rstd, w.detach(), True))
-    check_opcheck(torch.ops.myops.add_rms_norm_backward.default, (torch.randn_like(y), None, s, rstd, None, False))
+                  (torch.randn_like(y), torch.randn_like(s), s, rstd, w.detach(), True, 1e-6))
+    check_opcheck(torch.ops.myops.add_rms_norm_backward.default, (torch.randn_like(y), None, s, rstd, None, False, 1e-5))
 
 
 @pytest.mark.parametrize("device", DEVICES)

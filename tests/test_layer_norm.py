@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, ROW_SHAPES, param, run_case
+from rowops import CLUSTER_SHAPES, ROW_SHAPES, SHORT_ROWS, param, run_case
 
 OP = torch.ops.myops.layer_norm.default
 
@@ -62,6 +62,14 @@ def test_row_lengths(device, dtype, shape):
     run_case(ops.layer_norm, eager, None, [x, w, b], scale_fn=scale)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_short_rows(device):
+    for m, n, seed in SHORT_ROWS:
+        x = make_tensor((m, n), torch.float32, device, seed=seed)
+        run_case(ops.layer_norm, eager, None, [x, make_tensor((n,), torch.float32, device, seed=seed + 500)],
+                 scale_fn=lambda x, w: scale(x, w, has_b=False))
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", CLUSTER_SHAPES)
@@ -93,7 +101,7 @@ def test_opcheck(device, dtype):
     check_opcheck(OP, (make_tensor((0, 8), dtype, device), None, None, 1e-5))
     y, mean, rstd = OP(x.detach(), w.detach(), b.detach(), 1e-5)
     check_opcheck(torch.ops.myops.layer_norm_backward.default,
-                  (torch.randn_like(y), x.detach(), mean, rstd, w.detach(), True))
+                  (torch.randn_like(y), x.detach(), mean, rstd, w.detach(), True, 1e-5))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, ROW_SHAPES, param, run_case
+from rowops import CLUSTER_SHAPES, ROW_SHAPES, SHORT_ROWS, param, run_case
 
 OP = torch.ops.myops.rms_norm.default
 
@@ -41,6 +41,13 @@ def test_row_lengths(device, dtype, shape):
     run_case(ops.rms_norm, eager, ref, [x, w])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_short_rows(device):
+    for m, n, seed in SHORT_ROWS:
+        x = make_tensor((m, n), torch.float32, device, seed=seed)
+        run_case(ops.rms_norm, eager, ref, [x, make_tensor((n,), torch.float32, device, seed=seed + 500)])
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape", CLUSTER_SHAPES)
@@ -67,7 +74,7 @@ def test_opcheck(device, dtype):
     check_opcheck(OP, (x, None, 1e-5))
     check_opcheck(OP, (make_tensor((0, 8), dtype, device), None, 1e-5))
     y, rstd = OP(x.detach(), w.detach(), 1e-6)
-    check_opcheck(torch.ops.myops.rms_norm_backward.default, (torch.randn_like(y), x.detach(), rstd, w.detach(), True))
+    check_opcheck(torch.ops.myops.rms_norm_backward.default, (torch.randn_like(y), x.detach(), rstd, w.detach(), True, 1e-6))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -7,7 +7,7 @@ int myops_add_rms_norm_cpu(myops_out_operand y, myops_out_operand s, void* rstd,
 }
 
 int myops_add_rms_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operand dy, myops_operand s,
-                                    myops_operand ds_out, const void* rstd, const void* w, int64_t M, int64_t N,
+                                    myops_operand ds_out, const void* w, int64_t M, int64_t N, double eps,
                                     int dtype) {
-  return myops_rms_backward_cpu(&dx, ws, &dy, &s, &ds_out, rstd, w, M, N, dtype);
+  return myops_rms_backward_cpu(&dx, ws, &dy, &s, &ds_out, w, M, N, eps, dtype);
 }

@@ -28,9 +28,11 @@ int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rstd, myops_oper
   return MYOPS_OK;
 }
 
-int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
-                                  const void* mean, const void* rstd, const void* w, int64_t M, int64_t N,
-                                  int dtype) {
+/* The backward pass recomputes mean and rstd from x in fp64 instead of reading the forward's, which are rounded to
+ * fp32: for short rows the terms of dx cancel (N = 2: dx = r * (g - mean(g)) * eps * r^2, a difference of terms of
+ * size r * g), and x - mean(fp32) alone then cost up to 7x eager's error. */
+int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x, const void* w,
+                                  int64_t M, int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   const int64_t n1 = N > 0 ? N : 1;
@@ -41,7 +43,8 @@ int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operan
   for (int64_t r = 0; r < M; ++r) {
     myops_load_row(dtype, myops_row(&dy, r, es), dy.col_stride, N, g);
     myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, N, xh);
-    const double mu = myops_ld_stat(dtype, mean, r), rs = myops_ld_stat(dtype, rstd, r);
+    const double mu = myops_sum(xh, N) / (double)N;
+    const double rs = 1.0 / sqrt(myops_sum_sq_dev(xh, N, mu) / (double)N + eps);
     for (int64_t i = 0; i < N; ++i) xh[i] = (xh[i] - mu) * rs;
     if (ws) {
       for (int64_t i = 0; i < N; ++i) ws[i] += g[i] * xh[i];

@@ -33,9 +33,12 @@ static int myops_rms_forward_cpu(const myops_out_operand* y, const myops_out_ope
   return MYOPS_OK;
 }
 
+/* The backward pass recomputes rstd from s in fp64 instead of reading the forward's: that one is rounded to fp32,
+ * and where the terms of ds cancel (N = 1: ds = g * rstd^3 * eps, computed as a difference of two terms of size
+ * g * rstd) its rounding error, amplified by (mean(s^2) + eps) / eps, came out at up to 10x eager's error. */
 static int myops_rms_backward_cpu(const myops_out_operand* dx, double* ws, const myops_operand* dy,
-                                  const myops_operand* s, const myops_operand* ds_out, const void* rstd,
-                                  const void* w, int64_t M, int64_t N, int dtype) {
+                                  const myops_operand* s, const myops_operand* ds_out, const void* w, int64_t M,
+                                  int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   const int64_t n1 = N > 0 ? N : 1;
@@ -46,7 +49,7 @@ static int myops_rms_backward_cpu(const myops_out_operand* dx, double* ws, const
   for (int64_t r = 0; r < M; ++r) {
     myops_load_row(dtype, myops_row(dy, r, es), dy->col_stride, N, g);
     myops_load_row(dtype, myops_row(s, r, es), s->col_stride, N, v);
-    const double rs = myops_ld_stat(dtype, rstd, r);
+    const double rs = 1.0 / sqrt(myops_sum_sq(v, N) / (double)N + eps);
     if (w) {
       for (int64_t i = 0; i < N; ++i) ws[i] += g[i] * v[i] * rs;
       for (int64_t i = 0; i < N; ++i) g[i] *= wd[i];  /* g * w from here on */

@@ -17,6 +17,6 @@ extern "C" int64_t myops_add_rms_norm_backward_ws_cuda(myops_operand dy, myops_o
 // dx (= d residual) = rms_norm backward through s, plus ds_out (the gradient of the s output).
 extern "C" int myops_add_rms_norm_backward_cuda(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s,
                                                 myops_operand ds_out, const void* rstd, const void* w, int64_t M,
-                                                int64_t N, int dtype, void* stream) {
-  return rms::backward<true>(dx, ws, dy, s, ds_out, rstd, w, M, N, dtype, stream);
+                                                int64_t N, double eps, int dtype, void* stream) {
+  return rms::backward<true>(dx, ws, dy, s, ds_out, rstd, w, M, N, eps, dtype, stream);
 }

@@ -3,7 +3,8 @@
 // forward:   mu = mean(x);  var = mean((x - mu)^2)  (two passes over the staged row: no cancellation)
 //            r = 1 / sqrt(var + eps);  y = (x - mu) * r * w + b      (w = 1, b = 0 when absent)
 //            saved: mean, rstd [M] (acc_t<T>)
-// backward:  xh = (x - mu) * r;  g = dy * w
+// backward:  xh = (x - mu) * r;  g = dy * w   (mu, r: the saved ones on the register path; recomputed in fp64 by the
+//            rows.cuh engine, ln_bwd_kernel)
 //            dx = r * (g - mean(g) - xh * mean(g * xh))
 //            dw = sum over rows of dy * xh;  db = sum over rows of dy   (per-row-group partials in a workspace
 //            ws [2][groups][N], summed by the caller)
@@ -73,61 +74,77 @@ __global__ void __launch_bounds__(kMaxThreads) ln_fwd_kernel(myops_out_operand y
   c.finish();
 }
 
+// The engine's backward recomputes mu and r in fp64 instead of reading the saved fp32 ones: where the terms of dx
+// cancel (short rows; N = 2: dx = r * (g - mean(g)) * eps * r^2, a difference of terms of size r * g) their rounding
+// cost up to 7x eager's error. One pass of sums about the row's first element K (x - K is exact in fp64 for 16/32-bit
+// x, and (x_0 - mu)^2 <= N var bounds the cancellation in var = mean((x - K)^2) - mean(x - K)^2); per-element math
+// in fp64.
 template <class T>
 __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand dx,               // [M, N]
                                                              acc_t<T>* __restrict__ ws,          // [2][groups][N]
                                                              myops_operand dy,                   // [M, N]
                                                              myops_operand x,                    // [M, N]
-                                                             const acc_t<T>* __restrict__ mean,  // [M]
-                                                             const acc_t<T>* __restrict__ rstd,  // [M]
                                                              const T* __restrict__ w,            // [N] or null
-                                                             int64_t M, int64_t N, int vec_mask, Plan p) {
+                                                             int64_t M, int64_t N, double eps, int vec_mask,
+                                                             Plan p) {
   using A = acc_t<T>;
+  using D = double;
   constexpr int VEC = 16 / sizeof(T);
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ Pair<A> red[32], cred[2];
+  __shared__ Pair<D> red[32], cred[2];
   Ctx c(p, N);
   const myops_operand in[2] = {dy, x};
   const T* wc = w ? w + c.c0 : nullptr;
   const bool dwb = ws != nullptr;
   const ColAcc<T> acc(c, ws, smem + staged_bytes(p, sizeof(T)), N);
   if (dwb) acc.zero(c, 2);
+  // g * w rounded to A like eager's product (mul_rn: no fma contraction), then widened
+  auto load_gw = [&](const Tile<T, 2>& t, int64_t j, int nv, A k, A (&g)[VEC], A (&v)[VEC], D (&gw)[VEC]) {
+    A wv[VEC];
+    t.get(0, j, g);
+    t.get(1, j, v, k);  // lanes past the row read K: u = 0
+    if (wc) get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) gw[e] = D(wc ? mul_rn(g[e], wv[e]) : g[e]);
+  };
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, 2> t(c, in, vec_mask, r, smem);
     t.stage(M);
-    const A mu = mean[r], rs = rstd[r];
-    A sg = A(0), sgx = A(0);
+    const A k = to_acc(static_cast<const T*>(x.ptr)[r * x.row_stride]);  // element (r, 0): the same in every CTA
+    D su = D(0), suu = D(0), sg = D(0), sgu = D(0);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
-      const int nv = t.valid(j);
-      A g[VEC], v[VEC], wv[VEC];
-      t.get(0, j, g);
-      t.get(1, j, v, mu);
-      if (wc) get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
+      A g[VEC], v[VEC];
+      D gw[VEC];
+      load_gw(t, j, t.valid(j), k, g, v, gw);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const A xh = (v[e] - mu) * rs;
-        if (dwb && e < nv) {
-          acc[0][j * VEC + e] += g[e] * xh;
-          acc[1][j * VEC + e] += g[e];
-        }
-        const A gw = wc ? mul_rn(g[e], wv[e]) : g[e];
-        sg += gw;
-        sgx += gw * xh;
+        const D u = D(v[e]) - D(k);
+        su += u;
+        suu += u * u;
+        sg += gw[e];
+        sgu += gw[e] * u;
       }
     }
-    const Pair<A> s = c.reduce(Pair<A>{sg, sgx}, AddOp{}, red, cred);
-    const A mg = s.a / A(N), mgx = s.b / A(N);
+    const Pair<D> s1 = c.reduce(Pair<D>{su, suu}, AddOp{}, red, cred);
+    const Pair<D> s2 = c.reduce(Pair<D>{sg, sgu}, AddOp{}, red, cred);
+    const D mu = s1.a / D(N);  // of x - K
+    const D var = fmax(s1.b / D(N) - mu * mu, D(0));
+    const D rs = D(1) / sqrt(var + eps);
+    const D mg = s2.a / D(N), mgx = (s2.b / D(N) - mu * mg) * rs;  // mean(g), mean(g * xhat)
     const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       const int nv = t.valid(j);
-      A g[VEC], v[VEC], wv[VEC];
-      t.get(0, j, g);
-      t.get(1, j, v);
-      if (wc) get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
+      A g[VEC], v[VEC];
+      D gw[VEC];
+      load_gw(t, j, nv, k, g, v, gw);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const A gw = wc ? mul_rn(g[e], wv[e]) : g[e];
-        v[e] = rs * (gw - mg - (v[e] - mu) * rs * mgx);
+        const D xh = (D(v[e]) - D(k) - mu) * rs;
+        if (dwb && e < nv) {
+          acc[0][j * VEC + e] += A(D(g[e]) * xh);
+          acc[1][j * VEC + e] += g[e];
+        }
+        v[e] = A(rs * (gw[e] - mg - xh * mgx));
       }
       o.put(j, nv, v);
     }
@@ -316,7 +333,7 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // Rows too long for rr_bwd_kernel's registers (its per-column sums and the next row's prefetch): 4 (16-bit) or 8
 // (fp32) vectors per thread in 512-thread CTAs of a 16-CTA cluster hold dy and x (262144 elements); the dw and db sums
 // of a thread's columns live in its own shared-memory slots (no barrier: each thread touches only its own), the weight
-// is read from L2 on each pass, and the next row is not prefetched. dwb: [2][NS * VEC][blockDim] fp32 per CTA (128 KB).
+// is read from L2 on each pass, and the next row is not prefetched. dwb (rr::ColSums): 128 KB per CTA.
 template <class T, int NS>
 __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
                                                           acc_t<T>* __restrict__ ws,             // [2, owners, N]
@@ -327,18 +344,14 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
                                                           const T* __restrict__ w,                // [N] or null
                                                           int64_t M, int N, int tpr) {
   using A = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T), SL = NS * VEC;
+  constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
-  A* dwb = reinterpret_cast<A*>(stage_smem);
+  const rr::ColSums<T, NS, 2> dwb(stage_smem);  // dw, db
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
-  const int nt = blockDim.x, me = threadIdx.x;
-  if (ws) {
-#pragma unroll
-    for (int i = 0; i < 2 * SL; ++i) dwb[i * nt + me] = A(0);
-  }
+  if (ws) dwb.zero();
   for (int64_t r = l.first(); r < M; r += l.step()) {  // one row per cluster: every row is live
     rr::Regs<T, NS> g, v;
     g.load_row(dy, dys, r, M, N, l.t, tpr, zero);
@@ -355,8 +368,8 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
       for (int e = 0; e < VEC; ++e) {
         const A gv = g.at(s, e), xh = (v.at(s, e) - mu) * rs;
         if (ws) {
-          dwb[(s * VEC + e) * nt + me] += gv * xh;
-          dwb[(SL + s * VEC + e) * nt + me] += gv;
+          dwb.at(0, s, e) += gv * xh;
+          dwb.at(1, s, e) += gv;
         }
         const A gw = w ? mul_rn(gv, wv[e]) : gv;
         sg += gw;
@@ -381,18 +394,7 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
       rr::store(dx + r * dxs, c, gv);
     }
   }
-  if (!ws) return;
-  const int64_t owners = l.owners(), o = l.owner();
-#pragma unroll
-  for (int s = 0; s < NS; ++s) {
-    const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-    if (c >= N) break;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      ws[o * N + c + e] = dwb[(s * VEC + e) * nt + me];
-      ws[(owners + o) * N + c + e] = dwb[(SL + s * VEC + e) * nt + me];
-    }
-  }
+  if (ws) dwb.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
 }
 
 // Vectors per thread (0: fp64 takes the rows.cuh engine). Backward holds dy and x of two rows (prefetch), the
@@ -410,6 +412,7 @@ template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
 // N = 65536 was 24% of copy on the H200).
 template <class T> constexpr int kBwdLaunchNs = sizeof(T) == 4 ? 2 : kBwdNs<T>;
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
+  if (N < rr::kExactBwdBelow) return {};
   rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T), true);
   if (sizeof(T) == 4 && !g.ns) {
     g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
@@ -424,7 +427,7 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
   if constexpr (sizeof(T) == 8) return {};
   rr::Geo g = rr::geometry(N, sizeof(T), kLongNs<T>, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
   if (g.cluster == 1) return {};
-  g.smem = 2 * kLongNs<T> * (16 / (int)sizeof(T)) * g.threads * (int)sizeof(acc_t<T>);
+  g.smem = rr::ColSums<T, kLongNs<T>, 2>::bytes_per_thread() * g.threads;
   return g;
 }
 template <class T> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool params) {
@@ -506,7 +509,7 @@ extern "C" int64_t myops_layer_norm_backward_ws_cuda(myops_operand dy, myops_ope
 // ws null: no weight/bias gradients; else ws [2][myops_layer_norm_backward_ws_cuda(...)][N] in acc_t.
 extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, myops_operand dy, myops_operand x,
                                               const void* mean, const void* rstd, const void* w, int64_t M,
-                                              int64_t N, int dtype, void* stream) {
+                                              int64_t N, double eps, int dtype, void* stream) {
   if (M <= 0 || N <= 0) return MYOPS_OK;
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -546,7 +549,6 @@ extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, my
                      vec_ok(x.ptr, x.row_stride, x.col_stride, M, N, es) << 1 |
                      vec_ok(dx.ptr, dx.row_stride, dx.col_stride, M, N, es) << 3 | vec_ok(w, 0, 1, 1, N, es) << 5;
     return launch(p, kernel, static_cast<cudaStream_t>(stream), dx, static_cast<acc_t<T>*>(ws), dy, x,
-                  static_cast<const acc_t<T>*>(mean), static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w),
-                  M, N, mask, p);
+                  static_cast<const T*>(w), M, N, eps, mask, p);
   });
 }

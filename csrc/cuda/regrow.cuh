@@ -62,6 +62,12 @@ template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 
 // occupancy, 51% of DRAM bandwidth in Nsight Compute); fp32 keeps NS up to 4 and 512 threads.
 template <class T> constexpr int bwd_max_threads() { return sizeof(T) == 2 ? 1024 : 512; }
 
+// Backward rows shorter than this take the rows.cuh engine, which recomputes the row statistics in fp64: the register
+// kernels use the forward's fp32 mean and rstd, whose rounding short rows amplify (their dx is a difference of nearly
+// equal terms; in the limit N = 1 (rms_norm) or 2 (layer_norm) what remains is eps * rstd^2). Up to N = 4 it broke
+// the 2x-eager error rule on some rows; from 8 on, none of 20000 did.
+constexpr int64_t kExactBwdBelow = 32;
+
 // Register geometry of a row: NS vectors per thread, tpr threads per row, rows per CTA.
 struct Geo {
   int ns = 0;       // 0: the fast path does not apply
@@ -284,7 +290,8 @@ template <class T, int NS> struct Regs {
   // Columns of slot s (int: a row is at most 8192 vectors).
   __device__ __forceinline__ static int col(int s, int t, int tpr) { return (t + s * tpr) * VEC; }
 
-  // Loads this thread's slots of `row` (N a multiple of VEC); slots past N read `fill`.
+  // Loads this thread's slots of `row` (N a multiple of VEC); slots past N read `fill`. (Plain loads: the weight and
+  // bias vectors hit in L1 anyway, and ld.global.nc.L1::no_allocate measured up to 7 points of copy slower, H200.)
   __device__ __forceinline__ void load(const T* __restrict__ row, int N, int t, int tpr, T fill) {
     const uint32_t f = splat_word(fill);
 #pragma unroll
@@ -407,6 +414,37 @@ template <class T, int NS> struct Stage {
     const int b = nbuf == 2 ? (k & 1) : 0;
     copy(b, base, rs, row + nbuf * step, M, N, t, tpr, after);
     ++k;
+  }
+};
+
+// K per-column sums over rows (weight and bias gradients) of a thread's NS slots, in shared memory for kernels whose
+// registers cannot also hold them: sum k of element e of slot s is at [(k * NS + s) * VEC + e][blockDim] (a thread
+// touches only its own entries: no barrier). The launch gives bytes_per_thread() * blockDim of dynamic shared memory.
+template <class T, int NS, int K> struct ColSums {
+  static constexpr int VEC = 16 / sizeof(T);
+  using A = acc_t<T>;
+  A* buf;
+  __device__ explicit ColSums(unsigned char* smem) : buf(reinterpret_cast<A*>(smem)) {}
+  static constexpr int bytes_per_thread() { return K * NS * VEC * (int)sizeof(A); }
+  __device__ __forceinline__ A& at(int k, int s, int e) const {
+    return buf[((k * NS + s) * VEC + e) * blockDim.x + threadIdx.x];
+  }
+  __device__ __forceinline__ void zero() const {
+#pragma unroll
+    for (int i = 0; i < K * NS * VEC; ++i) buf[i * blockDim.x + threadIdx.x] = A(0);
+  }
+  // Writes sum k of this thread's columns to row `owner` of the workspace ws [K][owners][N].
+  __device__ __forceinline__ void flush(A* __restrict__ ws, int64_t owners, int64_t owner, int N, int t,
+                                        int tpr) const {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = Regs<T, NS>::col(s, t, tpr);
+      if (c >= N) break;
+#pragma unroll
+      for (int k = 0; k < K; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) ws[(k * owners + owner) * N + c + e] = at(k, s, e);
+    }
   }
 };
 

@@ -14,7 +14,7 @@ extern "C" int64_t myops_rms_norm_backward_ws_cuda(myops_operand dy, myops_opera
 }
 
 extern "C" int myops_rms_norm_backward_cuda(myops_out_operand dx, void* ws, myops_operand dy, myops_operand x,
-                                            const void* rstd, const void* w, int64_t M, int64_t N, int dtype,
-                                            void* stream) {
-  return rms::backward<false>(dx, ws, dy, x, {}, rstd, w, M, N, dtype, stream);
+                                            const void* rstd, const void* w, int64_t M, int64_t N, double eps,
+                                            int dtype, void* stream) {
+  return rms::backward<false>(dx, ws, dy, x, {}, rstd, w, M, N, eps, dtype, stream);
 }

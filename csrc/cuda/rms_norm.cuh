@@ -7,6 +7,7 @@
 //                          ds = r * (g - s * r^2 * mean(g * s))  (+ ds_out, the gradient of add_rms_norm's s output;
 //                                                                 a null ds_out is none)
 //                          dw = sum over rows of dy * s * r     (per-row-group partials in a workspace)
+//                          (r: the saved rstd on the register path; recomputed in fp64 by the rows.cuh engine)
 #pragma once
 #include "regrow.cuh"
 
@@ -69,19 +70,23 @@ __global__ void __launch_bounds__(kMaxThreads, 2) fwd_kernel(myops_out_operand y
   c.finish();
 }
 
+// The engine's backward recomputes r in fp64 from s instead of reading the saved fp32 rstd: where the terms of ds
+// cancel (short rows; N = 1: ds = g * r^3 * eps, the difference of two terms of size g * r) the rounding of rstd,
+// amplified by (mean(s^2) + eps) / eps, cost up to 10x eager's error. Sums and per-element math are fp64 (s^2 and
+// g * s of 16/32-bit operands are exact there).
 template <class T, bool ADD>
 __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx,          // [M, N]
                                                    acc_t<T>* __restrict__ ws,     // [groups, N] dw partials
                                                    myops_operand dy,              // [M, N]
                                                    myops_operand s,               // [M, N] (x, or x + residual)
                                                    myops_operand ds_out,          // [M, N] (ADD)
-                                                   const acc_t<T>* __restrict__ rstd,  // [M]
                                                    const T* __restrict__ w,       // [N] or null
-                                                   int64_t M, int64_t N, int vec_mask, Plan p) {
+                                                   int64_t M, int64_t N, double eps, int vec_mask, Plan p) {
   using A = acc_t<T>;
+  using D = double;
   constexpr int VEC = 16 / sizeof(T), NIN = ADD ? 3 : 2;
   extern __shared__ __align__(16) unsigned char smem[];
-  __shared__ Pair<A> red[32], cred[2];
+  __shared__ Pair<D> red[32], cred[2];
   Ctx c(p, N);
   myops_operand in[NIN];
   in[0] = dy;
@@ -91,48 +96,47 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
   const bool dw = ws != nullptr;  // accumulate the weight gradient
   const ColAcc<T> acc(c, ws, smem + staged_bytes(p, sizeof(T)), N);
   if (dw) acc.zero(c, 1);
+  // g * w rounded to A like eager's product (mul_rn: no fma contraction), then widened
+  auto load_gv = [&](const Tile<T, NIN>& t, int64_t j, int nv, A (&g)[VEC], A (&v)[VEC], D (&gw)[VEC]) {
+    A wv[VEC];
+    t.get(0, j, g);
+    t.get(1, j, v);
+    if (wc) get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) gw[e] = D(wc ? mul_rn(g[e], wv[e]) : g[e]);
+  };
   for (int64_t r = c.first_row(); r < M; r += c.row_step()) {
     Tile<T, NIN> t(c, in, vec_mask, r, smem);
     t.stage(M, 2);  // ds_out is read once, in the output pass
-    const A rs = rstd[r];
-    A dot = A(0);
+    D ss = D(0), dot = D(0);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
-      const int nv = t.valid(j);
-      A g[VEC], v[VEC], wv[VEC];
-      t.get(0, j, g);
-      t.get(1, j, v);
-      if (wc) {
-        get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
+      A g[VEC], v[VEC];
+      D gw[VEC];
+      load_gv(t, j, t.valid(j), g, v, gw);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          if (dw && e < nv) acc[0][j * VEC + e] += g[e] * v[e] * rs;
-          g[e] = mul_rn(g[e], wv[e]);
-        }
+      for (int e = 0; e < VEC; ++e) {
+        ss += D(v[e]) * D(v[e]);
+        dot += gw[e] * D(v[e]);
       }
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) dot += g[e] * v[e];
     }
-    const A k = c.reduce(Pair<A>{dot, A(0)}, AddOp{}, red, cred).a / A(N) * rs * rs;
+    const Pair<D> tot = c.reduce(Pair<D>{dot, ss}, AddOp{}, red, cred);
+    const D rs = D(1) / sqrt(tot.b / D(N) + eps);
+    const D k = tot.a / D(N) * rs * rs;
     const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       const int nv = t.valid(j);
-      A g[VEC], v[VEC], wv[VEC], d[VEC];
-      t.get(0, j, g);
-      t.get(1, j, v);
-      if (wc) {
-        get_param(wc, (vec_mask >> 5) & 1, j, nv, wv);
+      A g[VEC], v[VEC], u[VEC];
+      D gw[VEC];
+      load_gv(t, j, nv, g, v, gw);
+      if (ADD && ds_out.ptr != nullptr) t.get(2, j, u, A(0), false);  // null: no gradient flows into the s output
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) g[e] = mul_rn(g[e], wv[e]);
+      for (int e = 0; e < VEC; ++e) {
+        if (dw && wc && e < nv) acc[0][j * VEC + e] += A(D(g[e]) * D(v[e]) * rs);
+        D d = rs * (gw[e] - D(v[e]) * k);
+        if (ADD && ds_out.ptr != nullptr) d += D(u[e]);
+        g[e] = A(d);
       }
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) d[e] = rs * (g[e] - v[e] * k);
-      if (ADD && ds_out.ptr != nullptr) {  // null: no gradient flows into the s output
-        A u[VEC];
-        t.get(2, j, u, A(0), false);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) d[e] += u[e];
-      }
-      o.put(j, nv, d);
+      o.put(j, nv, g);
     }
   }
   if (dw) acc.flush(c, 1);
@@ -284,7 +288,7 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
 // Rows too long for rr_bwd_kernel's registers (its per-column dw sums and the next row's prefetch): 4 (16-bit) or 8
 // (fp32) vectors per thread in 512-thread CTAs of a 16-CTA cluster hold dy, x and the weight (262144 elements); the
 // dw sums of a thread's columns live in its own shared-memory slots (no barrier: each thread touches only its own),
-// and the next row is not prefetched. dws: [NS * VEC][blockDim] fp32 per CTA (64 KB). fp32 reads the weight from L2
+// and the next row is not prefetched. dws (rr::ColSums): 64 KB per CTA. fp32 reads the weight from L2
 // on each pass instead of holding it (8 vectors of it spilled at 128 registers).
 template <class T, int NS, bool ADD>
 __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
@@ -299,11 +303,10 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
-  A* dws = reinterpret_cast<A*>(stage_smem);
+  const rr::ColSums<T, NS, 1> dws(stage_smem);
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
-  const int nt = blockDim.x, me = threadIdx.x;
   constexpr bool kWRegs = sizeof(T) == 2;
   rr::Regs<T, kWRegs ? NS : 1> wr;
   if (kWRegs && w) wr.load(w, N, l.t, tpr, zero);
@@ -311,10 +314,7 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
     if constexpr (kWRegs) wr.fresh(s, wv);
     else rr::load_param(w, c, wv);
   };
-  if (ws) {
-#pragma unroll
-    for (int i = 0; i < NS * VEC; ++i) dws[i * nt + me] = A(0);
-  }
+  if (ws) dws.zero();
   for (int64_t r = l.first(); r < M; r += l.step()) {  // one row per cluster: every row is live
     rr::Regs<T, NS> g, v;
     g.load_row(dy, dys, r, M, N, l.t, tpr, zero);
@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gv = g.at(s, e), xv = v.at(s, e);
-        if (ws) dws[(s * VEC + e) * nt + me] += gv * xv * rs;
+        if (ws) dws.at(0, s, e) += gv * xv * rs;
         dot += (w ? mul_rn(gv, wv[e]) : gv) * xv;
       }
     }
@@ -354,15 +354,7 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
       rr::store(dx + r * dxs, c, d);
     }
   }
-  if (!ws) return;
-  A* out = ws + l.owner() * N;
-#pragma unroll
-  for (int s = 0; s < NS; ++s) {
-    const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-    if (c >= N) break;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) out[c + e] = dws[(s * VEC + e) * nt + me];
-  }
+  if (ws) dws.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
 }
 
 // Vectors per thread (0: fp64, which always takes the rows.cuh engine). Forward holds x (and the residual); backward
@@ -376,6 +368,7 @@ template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
 }
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if constexpr (kBwdNs<T> == 0) return {};
+  else if (N < rr::kExactBwdBelow) return {};
   else return rr::geometry(N, sizeof(T), kBwdNs<T>, rr::bwd_max_threads<T>(), rr::target_tpr_bwd(), rr::kMaxCluster);
 }
 // Rows that rr_bwd_geo cannot hold: rr_bwd_long_kernel's geometry (a cluster of 512-thread CTAs, kLongNs vectors per
@@ -385,7 +378,7 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
   if constexpr (sizeof(T) == 8) return {};
   rr::Geo g = rr::geometry(N, sizeof(T), kLongNs<T>, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
   if (g.cluster == 1) return {};
-  g.smem = kLongNs<T> * (16 / (int)sizeof(T)) * g.threads * (int)sizeof(acc_t<T>);
+  g.smem = rr::ColSums<T, kLongNs<T>, 1>::bytes_per_thread() * g.threads;
   return g;
 }
 // The backward fast path's grid with a dw workspace (-1: none fits).
@@ -471,7 +464,7 @@ inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand
 
 template <bool ADD>
 int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, myops_operand ds_out,
-             const void* rstd, const void* w, int64_t M, int64_t N, int dtype, void* stream) {
+             const void* rstd, const void* w, int64_t M, int64_t N, double eps, int dtype, void* stream) {
   if (M <= 0 || N <= 0) return MYOPS_OK;
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -516,7 +509,7 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
                      vec_ok(dx.ptr, dx.row_stride, dx.col_stride, M, N, es) << 3 |
                      vec_ok(w, 0, 1, 1, N, es) << 5;
     return launch(p, kernel, static_cast<cudaStream_t>(stream), dx, static_cast<acc_t<T>*>(ws), dy, s, ds_out,
-                  static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, N, mask, p);
+                  static_cast<const T*>(w), M, N, eps, mask, p);
   });
 }
 

@@ -1,7 +1,7 @@
 // myops::add_rms_norm(x, residual, weight?, eps) -> (y, s, rstd): s = x + residual (rounded to x's dtype, as the
 // eager sum), y = rms_norm(s, weight, eps), in one pass; rstd is saved for the backward pass.
-// myops::add_rms_norm_backward(grad_y, grad_s?, s, rstd, weight?, weight_grad) -> (ds, dweight):
-// ds = rms_norm's input gradient + grad_s, which is the gradient of both x and residual.
+// myops::add_rms_norm_backward(grad_y, grad_s?, s, rstd, weight?, weight_grad, eps) -> (ds, dweight):
+// ds = rms_norm's input gradient + grad_s, which is the gradient of both x and residual (eps: see rms_norm.cpp).
 #include "common.h"
 
 namespace {
@@ -10,9 +10,9 @@ using FwdCpu = int (*)(myops_out_operand, myops_out_operand, void*, myops_operan
 using FwdCuda = int (*)(myops_out_operand, myops_out_operand, void*, myops_operand, myops_operand, const void*,
                         int64_t, int64_t, double, int, void*);
 using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, myops_operand, const void*,
-                       const void*, int64_t, int64_t, int);
+                       int64_t, int64_t, double, int);
 using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, myops_operand, const void*,
-                        const void*, int64_t, int64_t, int, void*);
+                        const void*, int64_t, int64_t, double, int, void*);
 using WsCuda = int64_t (*)(myops_operand, myops_operand, myops_operand, const void*, int64_t, int64_t, int);
 myops::Kernel<FwdCpu> k_fwd_cpu("myops_add_rms_norm_cpu");
 myops::Kernel<FwdCuda> k_fwd_cuda("myops_add_rms_norm_cuda");
@@ -65,7 +65,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x,
 std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_y,
                                                          const std::optional<at::Tensor>& grad_s,
                                                          const at::Tensor& s, const at::Tensor& rstd,
-                                                         const std::optional<at::Tensor>& weight, bool weight_grad) {
+                                                         const std::optional<at::Tensor>& weight, bool weight_grad,
+                                                         double eps) {
   const char* op = "add_rms_norm_backward";
   const int dtype = myops::dtype_code(s, op, "s");
   for (const auto& [g, name] : {std::pair<const at::Tensor*, const char*>{&grad_y, "grad_y"},
@@ -100,17 +101,17 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_
       ws = at::empty({rows, sv.N}, s.options().dtype(myops::stat_dtype(s)));
     }
     const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, sv.op, ds_gpu,
-                                    rs.data_ptr(), wp, sv.M, sv.N, dtype, myops::current_stream(s));
+                                    rs.data_ptr(), wp, sv.M, sv.N, eps, dtype, myops::current_stream(s));
     myops::check_status(rc, op, "CUDA");
 #endif
   } else {
     const BwdCpu fn = k_bwd_cpu.get();
-    const int64_t es = s.element_size(), ss = rs.element_size(), parts = myops::cpu_parts(sv.M);
+    const int64_t es = s.element_size(), parts = myops::cpu_parts(sv.M);
     if (dw) ws = at::zeros({parts, sv.N}, s.options().dtype(at::kDouble));
     myops::cpu_row_parts(sv.M, parts, op, [&](int64_t q, int64_t b, int64_t e) {
       return fn(myops::shifted(myops::out_rows(dx), b, es), dw ? ws.data_ptr<double>() + q * sv.N : nullptr,
-                myops::shifted(gv.op, b, es), myops::shifted(sv.op, b, es), myops::shifted(ev.op, b, es),
-                static_cast<const char*>(rs.data_ptr()) + b * ss, wp, e - b, sv.N, dtype);
+                myops::shifted(gv.op, b, es), myops::shifted(sv.op, b, es), myops::shifted(ev.op, b, es), wp, e - b,
+                sv.N, eps, dtype);
     });
   }
   if (dw) dweight = ws.sum(0).to(s.scalar_type());
@@ -121,7 +122,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_
 TORCH_LIBRARY_FRAGMENT(myops, m) {
   m.def("add_rms_norm(Tensor x, Tensor residual, Tensor? weight=None, float eps=1e-6) -> (Tensor, Tensor, Tensor)");
   m.def("add_rms_norm_backward(Tensor grad_y, Tensor? grad_s, Tensor s, Tensor rstd, Tensor? weight, "
-        "bool weight_grad) -> (Tensor, Tensor)");
+        "bool weight_grad, float eps) -> (Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(myops, CPU, m) {
   m.impl("add_rms_norm", &add_rms_norm);

@@ -1,7 +1,8 @@
 // myops::layer_norm(x, weight?, bias?, eps) -> (y, mean, rstd) = F.layer_norm(x, x.shape[-1:], weight, bias, eps),
 // computed in fp32 (fp64 for fp64); mean and rstd [x.shape[:-1]] are saved for the backward pass.
-// myops::layer_norm_backward(grad, x, mean, rstd, weight?, params_grad) -> (dx, dweight, dbias) (the parameter
-// gradients are [0] unless params_grad).
+// myops::layer_norm_backward(grad, x, mean, rstd, weight?, params_grad, eps) -> (dx, dweight, dbias) (the parameter
+// gradients are [0] unless params_grad). eps is the forward's: the exact engines (CPU, and CUDA rows the register
+// path does not take) recompute mean and rstd in fp64 rather than read the rounded ones.
 #include "common.h"
 
 namespace {
@@ -9,10 +10,10 @@ using FwdCpu = int (*)(myops_out_operand, void*, void*, myops_operand, const voi
                        double, int);
 using FwdCuda = int (*)(myops_out_operand, void*, void*, myops_operand, const void*, const void*, int64_t, int64_t,
                         double, int, void*);
-using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, const void*, const void*,
-                       const void*, int64_t, int64_t, int);
+using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, const void*, int64_t, int64_t,
+                       double, int);
 using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, const void*, const void*,
-                        const void*, int64_t, int64_t, int, void*);
+                        const void*, int64_t, int64_t, double, int, void*);
 using WsCuda = int64_t (*)(myops_operand, myops_operand, const void*, int64_t, int64_t, int);
 myops::Kernel<FwdCpu> k_fwd_cpu("myops_layer_norm_cpu");
 myops::Kernel<FwdCuda> k_fwd_cuda("myops_layer_norm_cuda");
@@ -73,7 +74,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm(const at::Tensor& x, c
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad, const at::Tensor& x,
                                                                    const at::Tensor& mean, const at::Tensor& rstd,
                                                                    const std::optional<at::Tensor>& weight,
-                                                                   bool params_grad) {
+                                                                   bool params_grad, double eps) {
   const char* op = "layer_norm_backward";
   const int dtype = myops::dtype_code(x, op, "x");
   TORCH_CHECK(x.dim() >= 1, "myops.layer_norm_backward: x must have at least 1 dimension, got a 0-d tensor");
@@ -100,7 +101,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
       ws = at::empty({2, rows, xv.N}, x.options().dtype(myops::stat_dtype(x)));
     }
     const int rc = k_bwd_cuda.get()(myops::out_rows(dx), params_grad ? ws.data_ptr() : nullptr, gv.op, xv.op,
-                                    mu.data_ptr(), rs.data_ptr(), wp, xv.M, xv.N, dtype, myops::current_stream(x));
+                                    mu.data_ptr(), rs.data_ptr(), wp, xv.M, xv.N, eps, dtype,
+                                    myops::current_stream(x));
     myops::check_status(rc, op, "CUDA");
 #endif
     if (params_grad) {
@@ -110,13 +112,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
     return {dx, dw, db};
   }
   const BwdCpu fn = k_bwd_cpu.get();
-  const int64_t es = x.element_size(), ss = rs.element_size(), parts = myops::cpu_parts(xv.M);
+  const int64_t es = x.element_size(), parts = myops::cpu_parts(xv.M);
   if (params_grad) ws = at::zeros({parts, 2, xv.N}, x.options().dtype(at::kDouble));
   myops::cpu_row_parts(xv.M, parts, op, [&](int64_t q, int64_t r0, int64_t r1) {
     return fn(myops::shifted(myops::out_rows(dx), r0, es), params_grad ? ws.data_ptr<double>() + q * 2 * xv.N : nullptr,
-              myops::shifted(gv.op, r0, es), myops::shifted(xv.op, r0, es),
-              static_cast<const char*>(mu.data_ptr()) + r0 * ss, static_cast<const char*>(rs.data_ptr()) + r0 * ss,
-              wp, r1 - r0, xv.N, dtype);
+              myops::shifted(gv.op, r0, es), myops::shifted(xv.op, r0, es), wp, r1 - r0, xv.N, eps, dtype);
   });
   if (params_grad) {
     const at::Tensor tot = ws.sum(0);
@@ -129,8 +129,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
 
 TORCH_LIBRARY_FRAGMENT(myops, m) {
   m.def("layer_norm(Tensor x, Tensor? weight=None, Tensor? bias=None, float eps=1e-5) -> (Tensor, Tensor, Tensor)");
-  m.def("layer_norm_backward(Tensor grad, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, bool params_grad) "
-        "-> (Tensor, Tensor, Tensor)");
+  m.def("layer_norm_backward(Tensor grad, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, bool params_grad, "
+        "float eps) -> (Tensor, Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(myops, CPU, m) {
   m.impl("layer_norm", &layer_norm);

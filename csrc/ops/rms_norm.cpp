@@ -1,15 +1,17 @@
 // myops::rms_norm(x, weight?, eps) -> (y, rstd): y = x / sqrt(mean(x^2, -1) + eps) * weight, computed in fp32
 // (fp64 for fp64); rstd [x.shape[:-1]] (fp32, fp64 for fp64) is saved for the backward pass.
-// myops::rms_norm_backward(grad, x, rstd, weight?, weight_grad) -> (dx, dweight) (dweight: [0] if not asked for).
+// myops::rms_norm_backward(grad, x, rstd, weight?, weight_grad, eps) -> (dx, dweight) (dweight: [0] if not asked
+// for). eps is the forward's: the exact engines (CPU, and CUDA rows the register path does not take) recompute rstd
+// in fp64 rather than read the rounded one.
 #include "common.h"
 
 namespace {
 using FwdCpu = int (*)(myops_out_operand, void*, myops_operand, const void*, int64_t, int64_t, double, int);
 using FwdCuda = int (*)(myops_out_operand, void*, myops_operand, const void*, int64_t, int64_t, double, int, void*);
-using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, const void*, const void*, int64_t,
-                       int64_t, int);
+using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, const void*, int64_t, int64_t,
+                       double, int);
 using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, const void*, const void*, int64_t,
-                        int64_t, int, void*);
+                        int64_t, double, int, void*);
 using WsCuda = int64_t (*)(myops_operand, myops_operand, const void*, int64_t, int64_t, int);
 myops::Kernel<FwdCpu> k_fwd_cpu("myops_rms_norm_cpu");
 myops::Kernel<FwdCuda> k_fwd_cuda("myops_rms_norm_cuda");
@@ -55,7 +57,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm(const at::Tensor& x, const std::opti
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, const at::Tensor& x,
                                                      const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
-                                                     bool weight_grad) {
+                                                     bool weight_grad, double eps) {
   const char* op = "rms_norm_backward";
   const int dtype = myops::dtype_code(x, op, "x");
   myops::check_same_device(x, grad, op, "x", "grad");
@@ -82,17 +84,16 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
       ws = at::empty({rows, xv.N}, x.options().dtype(myops::stat_dtype(x)));
     }
     const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, xv.op, rs.data_ptr(),
-                                    wp, xv.M, xv.N, dtype, myops::current_stream(x));
+                                    wp, xv.M, xv.N, eps, dtype, myops::current_stream(x));
     myops::check_status(rc, op, "CUDA");
 #endif
   } else {
     const BwdCpu fn = k_bwd_cpu.get();
-    const int64_t es = x.element_size(), ss = rs.element_size(), parts = myops::cpu_parts(xv.M);
+    const int64_t es = x.element_size(), parts = myops::cpu_parts(xv.M);
     if (dw) ws = at::zeros({parts, xv.N}, x.options().dtype(at::kDouble));
     myops::cpu_row_parts(xv.M, parts, op, [&](int64_t q, int64_t b, int64_t e) {
       return fn(myops::shifted(myops::out_rows(dx), b, es), dw ? ws.data_ptr<double>() + q * xv.N : nullptr,
-                myops::shifted(gv.op, b, es), myops::shifted(xv.op, b, es),
-                static_cast<const char*>(rs.data_ptr()) + b * ss, wp, e - b, xv.N, dtype);
+                myops::shifted(gv.op, b, es), myops::shifted(xv.op, b, es), wp, e - b, xv.N, eps, dtype);
     });
   }
   if (dw) dweight = ws.sum(0).to(x.scalar_type());
@@ -102,7 +103,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
 
 TORCH_LIBRARY_FRAGMENT(myops, m) {
   m.def("rms_norm(Tensor x, Tensor? weight=None, float eps=1e-6) -> (Tensor, Tensor)");
-  m.def("rms_norm_backward(Tensor grad, Tensor x, Tensor rstd, Tensor? weight, bool weight_grad) -> (Tensor, Tensor)");
+  m.def("rms_norm_backward(Tensor grad, Tensor x, Tensor rstd, Tensor? weight, bool weight_grad, float eps) "
+        "-> (Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(myops, CPU, m) {
   m.impl("rms_norm", &rms_norm);
