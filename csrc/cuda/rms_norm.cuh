@@ -188,17 +188,22 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
     const A rs = inv_sqrt(red(ss, rr::Sum{}, A(0)) / A(N) + eps);
     if (!live) continue;
     if (l.t == 0 && rstd != nullptr) rstd[r] = rs;
+    // fp32: straight-line code, the stores predicated rather than a branch per slot (H200 [16384, 4096]: 92.4 ->
+    // 94.4-95.1% of copy, add_rms_norm 94.2 -> 95.7). 16-bit types keep the branch: straight-line, NS = 4 took 64
+    // registers instead of 56 and lost 2 points.
+    constexpr bool kStraight = sizeof(T) == 4;
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-      if (c >= N) break;
+      const bool in = c < N;
+      if (!kStraight && !in) break;
       A o[VEC], wv[VEC];
       v.fresh(s, o);
-      if constexpr (ADD) rr::store(so + r * sos, c, o);
-      if (w) rr::load_param(w, c, wv);
+      if (ADD && in) rr::store(so + r * sos, c, o);
+      if (w) rr::load_param(w, in ? c : 0, wv);  // (a slot past the row reads column 0 and stores nothing)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) o[e] = w ? o[e] * rs * wv[e] : o[e] * rs;
-      rr::store(y + r * ys, c, o);
+      if (in) rr::store(y + r * ys, c, o);
     }
   }
 }
