@@ -290,14 +290,18 @@ template <class T, int NS> struct Regs {
   // Columns of slot s (int: a row is at most 8192 vectors).
   __device__ __forceinline__ static int col(int s, int t, int tpr) { return (t + s * tpr) * VEC; }
 
+  // Whether every thread's NS slots lie inside a row of N (N = NS * tpr * VEC): a kernel may then drop its per-slot
+  // bounds checks (FULL = true below), which made the passes straight-line code.
+  __device__ __forceinline__ static bool full(int N, int tpr) { return N == NS * tpr * VEC; }
   // Loads this thread's slots of `row` (N a multiple of VEC); slots past N read `fill`. (Plain loads: the weight and
   // bias vectors hit in L1 anyway, and ld.global.nc.L1::no_allocate measured up to 7 points of copy slower, H200.)
+  template <bool FULL = false>
   __device__ __forceinline__ void load(const T* __restrict__ row, int N, int t, int tpr, T fill) {
     const uint32_t f = splat_word(fill);
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = col(s, t, tpr);
-      if (c < N) {
+      if (FULL || c < N) {
         const uint4 q = *reinterpret_cast<const uint4*>(row + c);
         u[s][0] = q.x, u[s][1] = q.y, u[s][2] = q.z, u[s][3] = q.w;
       } else {
@@ -306,9 +310,10 @@ template <class T, int NS> struct Regs {
     }
   }
   // Row `row` of an [M, N] operand with row stride rs; a row past M (a CTA's spare row slot) reads `fill`.
+  template <bool FULL = false>
   __device__ __forceinline__ void load_row(const T* __restrict__ base, int64_t rs, int64_t row, int64_t M, int N,
                                            int t, int tpr, T fill_value) {
-    if (row < M) load(base + row * rs, N, t, tpr, fill_value);
+    if (row < M) load<FULL>(base + row * rs, N, t, tpr, fill_value);
     else fill(fill_value);
   }
   __device__ __forceinline__ void fill(T fill_value) {
