@@ -227,30 +227,26 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
     }
   }
 }
-// Rows that fill every thread's slots (N = NS * tpr * VEC, e.g. 4096) take a copy of the body without per-slot
-// bounds checks: straight-line passes, bf16 [16384, 4096] 76 -> 79% of copy (H200).
+// FULL: no per-slot bounds checks (rr::Geo::full).
 // fp32 runs two CTAs per SM (64 registers; 74 without the bound: one CTA per SM, 69% -> 52% of copy at
 // N = 65536); 16-bit types keep the compiler's choice (86 at 8 vectors per thread, and an explicit cap of 128
 // raised NS = 4 from 58 to 79).
-template <class T, int NS>
+template <class T, int NS, bool FULL>
 __global__ void __launch_bounds__(512) rr_fwd_kernel(T* y, int64_t ys, acc_t<T>* mean, acc_t<T>* rstd, const T* x,
                                                      int64_t xs, const T* w, const T* b, int64_t M, int N,
                                                      acc_t<T> eps, int tpr, int staged) {
-  if (!staged && rr::Regs<T, NS>::full(N, tpr)) rr_fwd<T, NS, true>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, 0);
-  else rr_fwd<T, NS, false>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, staged);
+  rr_fwd<T, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, staged);
 }
-template <int NS>
+template <int NS, bool FULL>
 __global__ void __launch_bounds__(512, 2) rr_fwd_kernel_f32(float* y, int64_t ys, float* mean, float* rstd,
                                                             const float* x, int64_t xs, const float* w,
                                                             const float* b, int64_t M, int N, float eps, int tpr,
                                                             int staged) {
-  if (!staged && rr::Regs<float, NS>::full(N, tpr))
-    rr_fwd<float, NS, true>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, 0);
-  else rr_fwd<float, NS, false>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, staged);
+  rr_fwd<float, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, staged);
 }
-template <class T, int NS> constexpr auto rr_fwd_kernel_for() {
-  if constexpr (sizeof(T) == 4) return rr_fwd_kernel_f32<NS>;
-  else return rr_fwd_kernel<T, NS>;
+template <class T, int NS, bool FULL> constexpr auto rr_fwd_kernel_for() {
+  if constexpr (sizeof(T) == 4) return rr_fwd_kernel_f32<NS, FULL>;
+  else return rr_fwd_kernel<T, NS, FULL>;
 }
 
 // ws: [2][owners][N] dw, db partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
@@ -468,8 +464,8 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
     if (g0.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
       return rr::with_ns<kFwdNs<T>>(g0.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
-        constexpr auto kernel = rr_fwd_kernel_for<T, NS>();
-        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread(), kernel);
+        const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread(), rr_fwd_kernel_for<T, NS, false>());
+        const auto kernel = g.pick(rr_fwd_kernel_for<T, NS, false>(), rr_fwd_kernel_for<T, NS, true>());
         const int64_t grid = rr::row_grid(g, kernel, M);
         if (grid < 0) return (int)MYOPS_EARG;
         return rr::launch(g, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr),

@@ -145,7 +145,8 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
 
 
 // ---- fast path (regrow.cuh): rows in registers --------------------------------------------------------------
-template <class T, int NS, bool ADD>
+// FULL: no per-slot bounds checks (rr::Geo::full).
+template <class T, int NS, bool ADD, bool FULL>
 __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                                                       T* __restrict__ so, int64_t sos,      // [M, N] x + res (ADD)
                                                       acc_t<T>* __restrict__ rstd,          // [M]
@@ -167,10 +168,10 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
     const bool live = r < M;
     rr::Regs<T, NS> v;
     if (staged) st.take(v, r, M, N, l.t, tpr, zero);
-    else v.load_row(x, xs, r, M, N, l.t, tpr, zero);
+    else v.template load_row<FULL>(x, xs, r, M, N, l.t, tpr, zero);
     if constexpr (ADD) {
       rr::Regs<T, NS> u;
-      u.load_row(res, rs_, r, M, N, l.t, tpr, zero);
+      u.template load_row<FULL>(res, rs_, r, M, N, l.t, tpr, zero);
 #pragma unroll
       for (int s = 0; s < NS; ++s) {
         A a[VEC];
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(512) rr_fwd_kernel(T* __restrict__ y, int64_t 
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-      const bool in = c < N;
+      const bool in = FULL || c < N;
       if (!kStraight && !in) break;
       A o[VEC], wv[VEC];
       v.fresh(s, o);
@@ -412,10 +413,12 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
     if (g0.ns && rr::operands_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, {w}, M, N, es)) {
       return rr::with_ns<kFwdNs<T, ADD>>(g0.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
-        const rr::Geo g = ADD ? g0 : rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread(), rr_fwd_kernel<T, NS, ADD>);
-        const int64_t grid = rr::row_grid(g, rr_fwd_kernel<T, NS, ADD>, M);
+        const rr::Geo g =
+            ADD ? g0 : rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread(), rr_fwd_kernel<T, NS, ADD, false>);
+        const auto kernel = g.pick(rr_fwd_kernel<T, NS, ADD, false>, rr_fwd_kernel<T, NS, ADD, true>);
+        const int64_t grid = rr::row_grid(g, kernel, M);
         if (grid < 0) return (int)MYOPS_EARG;
-        return rr::launch(g, grid, rr_fwd_kernel<T, NS, ADD>, static_cast<cudaStream_t>(stream),
+        return rr::launch(g, grid, kernel, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<T*>(s_out.ptr), s_out.row_stride,
                           static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr), x.row_stride,
                           static_cast<const T*>(res.ptr), res.row_stride, static_cast<const T*>(w), M, (int)N,
