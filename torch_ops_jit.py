@@ -165,7 +165,12 @@ class Config:
         # quarter of the file. On a small machine the total work would grow, so one unit per file.
         split = os.environ.get("MYOPS_SPLIT_PARTS", "auto")  # 1 / 0 force it on / off
         self.split_parts = split == "1" or (split == "auto" and (os.cpu_count() or 1) >= 8)
-        self.cflags = ["-O3", "-std=c11", "-fPIC", "-Wall", "-fno-math-errno"]
+        # -fno-trapping-math: no op reads the FP exception flags, and with them GCC would not if-convert (so not
+        # vectorize) a loop where a clamped branch may overflow; -fopenmp-simd: `omp simd` pragmas only (no OpenMP
+        # runtime), for reductions the order of which is free (csrc/cpu/rows.h). Neither changes a result.
+        # MYOPS_CFLAGS: extra C flags, in the cache key like MYOPS_NVCC_FLAGS.
+        self.cflags = ["-O3", "-std=c11", "-fPIC", "-Wall", "-fno-math-errno", "-fno-trapping-math", "-fopenmp-simd"]
+        self.cflags += shlex.split(os.environ.get("MYOPS_CFLAGS", ""))
         self.nvcc_flags = ["-O3", "-std=c++17", "-Xcompiler", "-fPIC", "-lineinfo", "--expt-relaxed-constexpr"]
         self.nvcc_flags += _gencode_flags(self.archs)
         # MYOPS_NVCC_FLAGS: extra nvcc flags (e.g. -D switches of a kernel variant to A/B in one process tree); they
@@ -186,11 +191,12 @@ class Config:
             "archs": self.archs,
             "python": sys.implementation.cache_tag,
             "platform": sysconfig.get_platform(),
-            "cflags": self.cflags,
-            "nvcc_flags": self.nvcc_flags,
             "reg_cflags": self.reg_cflags,
             "cc": [self.cc, self.cxx],
         }
+        # The kernel library's own flags key only its file and its build tree: a kernel variant built with other
+        # MYOPS_CFLAGS / MYOPS_NVCC_FLAGS shares this directory and the registration layer in it.
+        self.kernel_fields = {"cflags": self.cflags, "nvcc_flags": self.nvcc_flags}
         digest = hashlib.sha256(json.dumps(self.key_fields, sort_keys=True).encode()).hexdigest()[:12]
         tag = f"torch{self.torch_version}-{'cu' + self.cuda_version if self.cuda else 'cpu'}-{sys.implementation.cache_tag}"
         self.dir = os.path.join(cache_root(), re.sub(r"[^A-Za-z0-9._+-]", "_", tag) + "-" + digest)
@@ -221,7 +227,7 @@ def _digest(paths: list[str], extra: object) -> str:
 def kernel_digest(cfg: Config) -> str:
     hdrs = [os.path.join(CSRC, "myops.h")] + _sources("cpu", "*.h")
     hdrs += _sources("cuda", "*.cuh") if cfg.cuda_kernels else []
-    return _digest(kernel_sources(cfg) + hdrs, [cfg.key_fields, cfg.cuda_kernels, cfg.split_parts])
+    return _digest(kernel_sources(cfg) + hdrs, [cfg.key_fields, cfg.kernel_fields, cfg.cuda_kernels, cfg.split_parts])
 
 
 def reg_digest(cfg: Config) -> str:
@@ -376,8 +382,9 @@ def build_kernels(cfg: Config, force: bool = False) -> str:
     with _build_lock(cfg):
         if not force and _verified(dest):  # built by another process while we waited
             return dest
-        # one build tree per source checkout: its ninja file names absolute source paths
-        tree = hashlib.sha256(CSRC.encode()).hexdigest()[:8]
+        # one build tree per source checkout (its ninja file names absolute source paths) and set of flags (so that
+        # switching between two variants recompiles neither)
+        tree = hashlib.sha256(json.dumps([CSRC, cfg.kernel_fields]).encode()).hexdigest()[:8]
         bdir = _secure_dir(os.path.join(cfg.dir, f"kernels-{tree}"))
         _write_kernel_ninja(cfg, bdir, "out/" + name)
         n = len(kernel_sources(cfg))

@@ -278,6 +278,17 @@ def check(label: str, got, want, inputs: Inputs) -> str:
     return ""
 
 
+def check_rule(label: str, got, eager, ref) -> str:
+    """'' if every tensor of got is at most 2x as far from the float64 ref as eager is (max abs, plus 4 units in the
+    last place of the dtype at the reference's scale), else the first that is not."""
+    for g, e, r in zip(tensors(got), tensors(eager), tensors(ref)):
+        floor = 4 * torch.finfo(g.dtype).eps * max(1.0, r.abs().max().item() if r.numel() else 1.0)
+        err, eager_err = ((t.double() - r).abs().max().item() if r.numel() else 0.0 for t in (g, e))
+        if not err <= 2 * eager_err + floor:
+            return f"{label}: {err:.3g} off float64, eager {eager_err:.3g}"
+    return ""
+
+
 def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable | None) -> tuple[list, list]:
     """Rows [op, dtype, pass, impl, µs, GB/s] for one case and dtype, and the correctness failures."""
     shape = args.shape if args.shape_given or case.shape is None else case.shape
@@ -286,7 +297,14 @@ def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable
     impls = {k: v for k, v in impls.items() if k in args.impls}
     label = f"{case.name} {DTYPE_NAMES[dtype]}"
     out = case.myops_fn(*inputs)
-    failures = [check(f"{label} fwd", out, case.torch_fn(*(as64(inputs) if case.ref64 else inputs)), inputs)]
+    # On the CPU, eager's algorithms differ from ours (and its bf16 reductions are the less accurate side: layer_norm
+    # bf16 weight gradients over 4096 rows come out 10.5 off float64, myops 0.5), so a mismatch with eager is judged by
+    # the issue's rule instead: at most twice eager's error against float64 (tests/common.py check_vs_eager).
+    lax = args.device.type == "cpu" and not case.ref64
+    ref = case.torch_fn(*(as64(inputs) if case.ref64 else inputs))
+    failures = [check(f"{label} fwd", out, ref, inputs)]
+    if lax and failures[0]:
+        failures[0] = check_rule(f"{label} fwd", out, ref, case.torch_fn(*as64(inputs)))
     runs = [("fwd", impl, lambda fn=fn: fn(*inputs), case.bytes(inputs, out)) for impl, fn in impls.items()]
     if args.backward and case.backward:
         inputs = with_grad(inputs, case.grad_inputs)
@@ -295,8 +313,11 @@ def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable
         # (grads holds only the timed implementations: --impls may leave eager or myops out)
         want = (fwd_bwd(case.torch_fn, as64(inputs), [g.double() for g in grad])() if case.ref64
                 else grads.get("eager", fwd_bwd(case.torch_fn, inputs, grad))())
-        failures.append(check(f"{label} grads", grads.get("myops", fwd_bwd(case.myops_fn, inputs, grad))(), want,
-                              inputs))
+        got = grads.get("myops", fwd_bwd(case.myops_fn, inputs, grad))()
+        failures.append(check(f"{label} grads", got, want, inputs))
+        if lax and failures[-1]:
+            ref = fwd_bwd(case.torch_fn, as64(inputs), [g.double() for g in grad])()
+            failures[-1] = check_rule(f"{label} grads", got, want, ref)
         leaves = [t for t in tensors(inputs) if t.requires_grad]
         bwd = case.bwd_bytes(inputs, grad) if case.bwd_bytes else case.bytes(inputs + tuple(grad), leaves)
         nbytes = case.bytes(inputs, out) + bwd  # the backward re-reads the inputs it needs

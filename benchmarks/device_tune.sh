@@ -2,7 +2,7 @@
 # One device call to check and tune the row ops' register path: build, the CUDA tests selected by TESTS_K (pytest -k),
 # then myops-only timings of the row ops under each configuration in CONFIGS: space-separated, each a comma-separated
 # list of MYOPS_ settings without the prefix ("-" = the defaults), e.g. CONFIGS="- ROW_STAGE=2 ROW_STAGE=0,ROW_CLUSTER=4";
-# NVCC_FLAGS=-DMYOPS_LN_FUSED=0 builds a kernel variant (its own cache directory) for an A/B in the same call.
+# NVCC_FLAGS=-DMYOPS_LN_FUSED=0 builds a kernel variant (its own kernel library; the registration layer is shared).
 # Usage (device tool, from the checkout): TESTS_K="cluster or vocab" CONFIGS="- ROW_STAGE=0" bash benchmarks/device_tune.sh
 set -uo pipefail
 export PYTHONPATH=. MYOPS_CACHE_DIR=/tmp/myops-cache TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1

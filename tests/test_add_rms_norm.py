@@ -47,6 +47,17 @@ def test_row_lengths(device, dtype, shape):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [37, 4096])
+def test_frozen_weight(device, dtype, n):
+    """A weight that needs no gradient (a frozen layer): the backward computes dx alone, with no weight-gradient
+    workspace (the CPU kernel once wrote into the absent one)."""
+    x, r = (make_tensor((7, n), dtype, device, "row_strided", seed=n + k) for k in (0, 1))
+    run_case(ops.add_rms_norm, eager, reference(dtype), [x, r, make_tensor((n,), dtype, device, seed=1)],
+             grad_inputs=[0, 1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_short_rows(device):
     for m, n, seed in SHORT_ROWS:
         x, r = (make_tensor((m, n), torch.float32, device, seed=seed + k) for k in (0, 1000))

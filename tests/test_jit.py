@@ -17,6 +17,7 @@ import textwrap
 import time
 
 import pytest
+import torch
 
 import torch_ops_jit as jit
 
@@ -135,6 +136,66 @@ def test_registration_change_needs_restart(tree):
             p.write_text(text)
     """)
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+_CLONES_CODE = """
+    import torch, ops
+    g = torch.Generator().manual_seed(3)
+    res = {}
+    for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        def rnd(*shape, scale=4.0):
+            return (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(dt)
+        x, r, w, b = rnd(37, 1003), rnd(37, 1003), rnd(1003), rnd(1003)
+        x[3, 5], x[4, :] = float("nan"), float("-inf")
+        x[5, 7] = 90.0  # exp of it overflows fp32 before the max is subtracted
+        t = torch.randint(0, 1003, (37,), generator=g)
+        t[2] = -100
+        for name, fn in {"softmax": lambda x: ops.softmax(x), "log_softmax": lambda x: ops.log_softmax(x),
+                         "layer_norm": lambda x: ops.layer_norm(x, w, b), "rms_norm": lambda x: ops.rms_norm(x, w),
+                         "add_rms_norm": lambda x: ops.add_rms_norm(x, r, w)[0],
+                         "cross_entropy": lambda x: ops.cross_entropy(x, t, label_smoothing=0.1),
+                         "swiglu": lambda x: ops.swiglu(x, r), "geglu": lambda x: ops.geglu(x, r),
+                         "bias_gelu": lambda x: ops.bias_gelu(x, b)}.items():
+            xi = x.clone().requires_grad_()
+            y = fn(xi)
+            (gx,) = torch.autograd.grad(y, xi, torch.ones_like(y) if y.dim() == 0 else rnd(*y.shape, scale=1.0))
+            res[f"{name} {dt}"] = (y.detach(), gx)
+    torch.save(res, OUT)
+"""
+
+
+def _cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next(line for line in f if line.startswith("flags")).split(":")[1].split())
+    except (OSError, StopIteration):
+        return set()
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and os.uname().machine == "x86_64"),
+                    reason="the C kernels are multi-versioned on x86-64 Linux only")
+def test_cpu_clones_compute_the_same_bits(tree):
+    """The C kernels' AVX-512 / AVX2 / baseline clones (csrc/cpu/vmath.h) give bitwise the same outputs and
+    gradients: each is built alone (MYOPS_CFLAGS) next to the multi-versioned default, on the same inputs."""
+    t, cache = tree
+    cpu = _cpu_flags()
+    variants = {"default": "", "baseline": "-DMYOPS_CPU_NO_CLONES"}
+    if {"avx2", "fma", "bmi2", "movbe"} <= cpu:
+        variants["x86-64-v3"] = "-DMYOPS_CPU_NO_CLONES -march=x86-64-v3"
+    results = {}
+    for name, flags in variants.items():
+        out = os.path.join(t, f"clones-{name}.pt")
+        r = _run(t, cache, f"OUT = {out!r}\n" + textwrap.dedent(_CLONES_CODE), MYOPS_CFLAGS=flags)
+        assert r.returncode == 0, f"{name}: {r.stdout[-2000:]} {r.stderr[-3000:]}"
+        results[name] = torch.load(out)
+    ref = results.pop("default")
+    for name, res in results.items():
+        for key, (y, gx) in ref.items():
+            y2, gx2 = res[key]
+            for what, a, c in (("output", y, y2), ("grad", gx, gx2)):
+                same = (a == c) | (a.isnan() & c.isnan())
+                assert bool(same.all()), f"{key} {what}: the {name} build differs from the default in " \
+                                         f"{int((~same).sum())} elements"
 
 
 def _build_kernels_code() -> str:

@@ -63,6 +63,17 @@ def test_row_lengths(device, dtype, shape):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [37, 4096])
+def test_frozen_weight(device, dtype, n):
+    """A weight and bias that need no gradient (a frozen layer): the backward computes dx alone, with no weight-gradient
+    workspace (the CPU kernel once wrote into the absent one)."""
+    x = make_tensor((7, n), dtype, device, "row_strided", seed=n) + 3
+    w, b = make_tensor((n,), dtype, device, seed=1), make_tensor((n,), dtype, device, seed=2)
+    run_case(ops.layer_norm, eager, None, [x, w, b], grad_inputs=[0], scale_fn=scale)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_short_rows(device):
     for m, n, seed in SHORT_ROWS:
         x = make_tensor((m, n), torch.float32, device, seed=seed)

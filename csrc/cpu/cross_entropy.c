@@ -1,25 +1,22 @@
-/* cross_entropy on the CPU, logits rows [M, C], fp64 math; formulas in csrc/cuda/cross_entropy.cu. loss
- * [M] and stats [M, 2] are fp32 (fp64 for fp64); an out-of-range target (validated by the caller unless it opted out)
- * is clamped for its read and gives that row a NaN log-sum, so a NaN loss and gradient. */
+/* cross_entropy on the CPU, logits rows [M, C], fp64 math (exp to fp32 precision for logits of fp32 and
+ * narrower: vmath.h); formulas in csrc/cuda/cross_entropy.cu. loss [M] and stats [M, 2] are fp32 (fp64 for fp64);
+ * an out-of-range target (validated by the caller unless it opted out) is clamped for its read and gives that row
+ * a NaN log-sum, so a NaN loss and gradient. */
 #include "rows.h"
 
-int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int64_t* target, int64_t t_stride,
+MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int64_t* target, int64_t t_stride,
                             int64_t M, int64_t C, int64_t ignore_index, double smoothing, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
-  double* v = (double*)malloc((size_t)(C > 0 ? C : 1) * sizeof(double));
+  const int64_t c1 = C > 0 ? C : 1;
+  double* v = (double*)malloc((size_t)c1 * 2 * sizeof(double));  /* [C] the row, [C] exp scratch */
   if (v == NULL) return MYOPS_EARG;
+  double* e = v + c1;
   for (int64_t r = 0; r < M; ++r) {
     myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);
-    double m = -INFINITY, s = 0.0, sx = 0.0;
-    int nan = 0;
-    for (int64_t i = 0; i < C; ++i) {
-      if (v[i] != v[i]) nan = 1;
-      else if (v[i] > m) m = v[i];
-      sx += v[i];
-    }
-    for (int64_t i = 0; i < C; ++i) s += exp(v[i] - m);
-    const double ls = nan ? NAN : log(s);
+    /* NaN needs no flag: max skips it, and exp(NaN - m) makes the log-sum NaN. */
+    const double m = myops_max(v, C), sx = myops_sum(v, C);
+    const double ls = log(myops_exp_sum(e, v, C, m, dtype != MYOPS_F64));
     myops_st_stat(dtype, stats, 2 * r, m);
     myops_st_stat(dtype, stats, 2 * r + 1, ls);
     const int64_t t = target[r * t_stride];
@@ -36,25 +33,30 @@ int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int6
   return MYOPS_OK;
 }
 
-int myops_cross_entropy_backward_cpu(myops_out_operand dx, myops_operand x, const int64_t* target, int64_t t_stride,
-                                     const void* stats, const void* grad, int64_t g_stride, int64_t M, int64_t C,
-                                     int64_t ignore_index, double smoothing, int dtype) {
+MYOPS_CPU_VEC int myops_cross_entropy_backward_cpu(myops_out_operand dx, myops_operand x, const int64_t* target,
+                                                   int64_t t_stride, const void* stats, const void* grad,
+                                                   int64_t g_stride, int64_t M, int64_t C, int64_t ignore_index,
+                                                   double smoothing, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  double* v = (double*)malloc((size_t)(C > 0 ? C : 1) * sizeof(double));  /* [C] the row, then its gradient */
+  if (v == NULL) return MYOPS_EARG;
+  const double sc = smoothing / (double)C;
   for (int64_t r = 0; r < M; ++r) {
-    const char* xr = myops_row(&x, r, es);
-    char* dr = myops_out_row(&dx, r, es);
     const int64_t t = target[r * t_stride];
     if (t == ignore_index) {
-      for (int64_t i = 0; i < C; ++i) myops_st(dtype, dr, i * dx.col_stride, 0.0);
-      continue;
+      for (int64_t i = 0; i < C; ++i) v[i] = 0.0;
+    } else {
+      const double g = myops_ld_stat(dtype, grad, r * g_stride), m = myops_ld_stat(dtype, stats, 2 * r);
+      const double ls = myops_ld_stat(dtype, stats, 2 * r + 1);
+      myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);
+      const double xt = t >= 0 && t < C ? v[t] : 0.0;
+      if (dtype == MYOPS_F64) for (int64_t i = 0; i < C; ++i) v[i] = g * (myops_exp((v[i] - m) - ls) - sc);
+      else for (int64_t i = 0; i < C; ++i) v[i] = g * (myops_exp_lowp((v[i] - m) - ls) - sc);
+      if (t >= 0 && t < C) v[t] = g * (myops_exp((xt - m) - ls) - sc - (1.0 - smoothing));
     }
-    const double g = myops_ld_stat(dtype, grad, r * g_stride), m = myops_ld_stat(dtype, stats, 2 * r);
-    const double ls = myops_ld_stat(dtype, stats, 2 * r + 1);
-    for (int64_t i = 0; i < C; ++i) {
-      const double p = exp((myops_ld(dtype, xr, i * x.col_stride) - m) - ls);
-      myops_st(dtype, dr, i * dx.col_stride, g * (p - smoothing / (double)C - (i == t ? 1.0 - smoothing : 0.0)));
-    }
+    myops_store_row(dtype, myops_out_row(&dx, r, es), dx.col_stride, C, v);
   }
+  free(v);
   return MYOPS_OK;
 }

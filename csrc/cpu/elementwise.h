@@ -9,6 +9,7 @@
 #define MYOPS_CPU_ELEMENTWISE_H
 
 #include "common.h"
+#include "vmath.h"
 
 #define MYOPS_EW_CHUNK 256
 #define MYOPS_EW_MAX_OPERANDS 4
@@ -16,7 +17,7 @@
 typedef void (*myops_ew_f32_fn)(int64_t n, float* const* out, const float* const* in, const double* scalars);
 typedef void (*myops_ew_f64_fn)(int64_t n, double* const* out, const double* const* in, const double* scalars);
 
-static inline int myops_ew_cpu(int nin, int nout, const myops_out_operand* outs, const myops_operand* ins,
+MYOPS_CPU_VEC static int myops_ew_cpu(int nin, int nout, const myops_out_operand* outs, const myops_operand* ins,
                                int64_t rows, int64_t cols, int dtype, const double* scalars,
                                myops_ew_f32_fn f32, myops_ew_f64_fn f64) {
   const int64_t es = myops_dtype_size(dtype);
@@ -65,15 +66,15 @@ static inline int myops_ew_cpu(int nin, int nout, const myops_out_operand* outs,
 }
 
 /* Defines the op's fp32 and fp64 bodies and its C entry point `name` (the ABI every elementwise op shares).
- * BODY sees T (float or double), e (the element), in[i][e], out[k][e], s[j] (the op's scalars); <tgmath.h>
- * makes exp/tanh/... pick the precision of T. */
+ * BODY sees T (float or double), e (the element), in[i][e], out[k][e], s[j] (the op's scalars); MYOPS_EXP
+ * (vmath.h) is exp in T's precision that vectorizes. */
 #define MYOPS_EW_CPU_ENTRY(name, NIN, NOUT, BODY)                                                          \
-  static void name##_f32(int64_t n, float* const* out, const float* const* in, const double* s) {        \
+  MYOPS_CPU_VEC static void name##_f32(int64_t n, float* const* out, const float* const* in, const double* s) {        \
     typedef float T;                                                                                      \
     (void)s;                                                                                              \
     for (int64_t e = 0; e < n; ++e) { BODY }                                                              \
   }                                                                                                       \
-  static void name##_f64(int64_t n, double* const* out, const double* const* in, const double* s) {      \
+  MYOPS_CPU_VEC static void name##_f64(int64_t n, double* const* out, const double* const* in, const double* s) {      \
     typedef double T;                                                                                     \
     (void)s;                                                                                              \
     for (int64_t e = 0; e < n; ++e) { BODY }                                                              \

@@ -6,7 +6,7 @@
 
 #include "rows.h"
 
-static int myops_rms_forward_cpu(const myops_out_operand* y, const myops_out_operand* s_out, void* rstd,
+MYOPS_CPU_VEC static int myops_rms_forward_cpu(const myops_out_operand* y, const myops_out_operand* s_out, void* rstd,
                                  const myops_operand* x, const myops_operand* res, const void* w, int64_t M,
                                  int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
@@ -36,7 +36,7 @@ static int myops_rms_forward_cpu(const myops_out_operand* y, const myops_out_ope
 /* The backward pass recomputes rstd from s in fp64 instead of reading the forward's: that one is rounded to fp32,
  * and where the terms of ds cancel (N = 1: ds = g * rstd^3 * eps, computed as a difference of two terms of size
  * g * rstd) its rounding error, amplified by (mean(s^2) + eps) / eps, came out at up to 10x eager's error. */
-static int myops_rms_backward_cpu(const myops_out_operand* dx, double* ws, const myops_operand* dy,
+MYOPS_CPU_VEC static int myops_rms_backward_cpu(const myops_out_operand* dx, double* ws, const myops_operand* dy,
                                   const myops_operand* s, const myops_operand* ds_out, const void* w, int64_t M,
                                   int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
@@ -50,10 +50,8 @@ static int myops_rms_backward_cpu(const myops_out_operand* dx, double* ws, const
     myops_load_row(dtype, myops_row(dy, r, es), dy->col_stride, N, g);
     myops_load_row(dtype, myops_row(s, r, es), s->col_stride, N, v);
     const double rs = 1.0 / sqrt(myops_sum_sq(v, N) / (double)N + eps);
-    if (w) {
-      for (int64_t i = 0; i < N; ++i) ws[i] += g[i] * v[i] * rs;
-      for (int64_t i = 0; i < N; ++i) g[i] *= wd[i];  /* g * w from here on */
-    }
+    if (ws) for (int64_t i = 0; i < N; ++i) ws[i] += g[i] * v[i] * rs;  /* null when the weight needs no grad */
+    if (w) for (int64_t i = 0; i < N; ++i) g[i] *= wd[i];              /* g * w from here on */
     const double k = myops_dot(g, v, N) / (double)N * rs * rs;
     for (int64_t i = 0; i < N; ++i) g[i] = rs * (g[i] - v[i] * k);
     if (ds_out) {

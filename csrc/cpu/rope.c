@@ -9,6 +9,7 @@
  * [p_begin, p_end). Per position, up to MYOPS_ROPE_CHUNK pairs of cos/sin are widened into fp32 (fp64 for fp64)
  * scratch rows once and reused for all H heads. */
 #include "common.h"
+#include "vmath.h"
 
 #define MYOPS_ROPE_CHUNK 256
 
@@ -26,10 +27,11 @@ static inline void rope_store_f64(int dtype, void* p, int64_t cs, int64_t n, con
 
 /* Defines NAME(...): the position loop for accumulation type T with loaders LOAD / STORE
  * (dtype, pointer, stride in elements, count, buffer). Pointers are byte pointers; offsets are in elements. */
-#define MYOPS_ROPE_CPU_IMPL(NAME, T, LOAD, STORE)                                                              \
-  static void NAME(char* out, const char* x, const char* cos, const char* sin, const int64_t* shape,          \
-                   const int64_t* xs, const int64_t* os, const int64_t* cs, const int64_t* ss, int interleaved,  \
-                   int backward, int64_t p_begin, int64_t p_end, int dtype, int64_t es) {                      \
+#define MYOPS_ROPE_CPU_IMPL(NAME, T, LOAD, STORE)                                                             \
+  MYOPS_CPU_VEC static void NAME(char* out, const char* x, const char* cos, const char* sin,                  \
+                                 const int64_t* shape, const int64_t* xs, const int64_t* os,                  \
+                                 const int64_t* cs, const int64_t* ss, int interleaved, int backward,         \
+                                 int64_t p_begin, int64_t p_end, int dtype, int64_t es) {                     \
     const int64_t S = shape[1], H = shape[2], half = shape[3] / 2;                                            \
     const int64_t step = interleaved ? 2 : 1, second = interleaved ? 1 : half;                                \
     T c1[MYOPS_ROPE_CHUNK], c2[MYOPS_ROPE_CHUNK], s1[MYOPS_ROPE_CHUNK], s2[MYOPS_ROPE_CHUNK];                 \

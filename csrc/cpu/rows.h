@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include "common.h"
+#include "vmath.h"
 
 static inline double myops_ld(int dtype, const void* p, int64_t i) {
   switch (dtype) {
@@ -94,6 +95,28 @@ static inline double myops_dot(const double* a, const double* b, int64_t n) {
 static inline double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
   double myops_sum8_result_;
   MYOPS_SUM8(n, (v[k] - mu) * (v[k] - mu));
+  return myops_sum8_result_;
+}
+
+/* max over v[0, n), NaN skipped (-inf for n = 0 or all NaN). The order does not matter for a maximum; the pragma
+ * says so (-fopenmp-simd), where GCC would otherwise keep `v > m ? v : m` scalar for NaN's sake. */
+static inline double myops_max(const double* v, int64_t n) {
+  double m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+/* e[i] = exp(v[i] - m) (e may be v), in fp32 precision when lowp; returns their sum (eight running sums in a fixed
+ * order, so the result does not depend on the vector width). Two passes over the row, which is in L1 or L2: fused
+ * into one loop, the sums kept GCC from vectorizing the exp when it is computed through fp32 (3x slower). */
+static inline double myops_exp_sum(double* e, const double* v, int64_t n, double m, int lowp) {
+  if (lowp)
+    for (int64_t i = 0; i < n; ++i) e[i] = myops_exp_lowp(v[i] - m);
+  else
+    for (int64_t i = 0; i < n; ++i) e[i] = myops_exp(v[i] - m);
+  double myops_sum8_result_;
+  MYOPS_SUM8(n, e[k]);
   return myops_sum8_result_;
 }
 

@@ -3,11 +3,12 @@
  * Two loop orders: along k per output when k is the contiguous dim (rows), else blocks of 256 outputs swept
  * together down k (columns: reading a whole column per output would touch a new cache line per element). */
 #include "common.h"
+#include "vmath.h"
 
 #define MYOPS_SUM_BLOCK 256
 
 /* Four running sums: one add chain would wait out the FP add latency on every element. */
-static void sum_rows(void* out, const char* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype,
+MYOPS_CPU_VEC static void sum_rows(void* out, const char* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype,
                      int64_t es) {
   float buf[MYOPS_SUM_BLOCK];
   for (int64_t m = 0; m < M; ++m) {
@@ -35,7 +36,7 @@ static void sum_rows(void* out, const char* x, int64_t M, int64_t K, int64_t sM,
   }
 }
 
-static void sum_cols(void* out, const char* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype,
+MYOPS_CPU_VEC static void sum_cols(void* out, const char* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype,
                      int64_t es) {
   float buf[MYOPS_SUM_BLOCK];
   double acc[MYOPS_SUM_BLOCK];

@@ -1,0 +1,104 @@
+/* vmath.h: what lets the CPU kernels' loops vectorize.
+ *
+ * MYOPS_CPU_VEC, on a kernel's loop function, compiles it three times (x86-64 with GCC or clang on Linux): AVX-512
+ * (x86-64-v4), AVX2 + FMA (x86-64-v3) and the baseline (SSE2); the loader's ifunc resolver picks one per process
+ * from the CPU it runs on. The default build targets SSE2, two doubles a vector; on a Zen 4 core the v4 clone
+ * runs the same loop on eight. The clones compute the same bits: the build is ISO C (-std=c11 implies
+ * -ffp-contract=off, so no clone fuses a multiply-add the others round twice), the sums keep a fixed order, and the
+ * math below is plain arithmetic, not a library call whose vector and scalar versions may differ.
+ * MYOPS_CFLAGS=-DMYOPS_CPU_NO_CLONES at build time leaves one baseline copy (to time or test it alone).
+ *
+ * myops_exp / myops_expf: exp without a libm call, so a loop over them vectorizes (glibc's exp is a scalar call;
+ * it was most of the CPU softmax's time).
+ *   exp(x) = 2^k * exp(r),  k = round(x / ln2),  r = x - k ln2 (ln2 in two parts: k * LN2_HI is exact),
+ *   |r| <= ln2 / 2;  exp(r) by its Taylor series to r^13 (double; truncation < 5e-18 relative) or r^7 (float;
+ *   < 6e-9), in Horner form (within about one ulp, like glibc's and Sleef's);  2^k = 2^k1 * 2^k2 with
+ *   k1 = floor(k / 2), so that underflow to subnormals and zero and overflow to inf come out as IEEE says.
+ * k is read off the low mantissa bits of x / ln2 + 1.5 * 2^52 (round to nearest, no float-to-int conversion, which
+ * is undefined for NaN). NaN passes through the clamps (the comparisons are false), and comes out NaN.
+ */
+#ifndef MYOPS_CPU_VMATH_H
+#define MYOPS_CPU_VMATH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(MYOPS_CPU_NO_CLONES)
+#define MYOPS_CPU_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define MYOPS_CPU_VEC
+#endif
+
+static inline double myops_exp(double x) {
+  x = x < -746.0 ? -746.0 : x; /* below: exp(x) rounds to 0 */
+  x = x > 710.0 ? 710.0 : x;   /* above: inf */
+  const double shift = 0x1.8p52;
+  double kd = x * 0x1.71547652b82fep0 + shift;
+  uint64_t u;
+  memcpy(&u, &kd, 8);
+  kd -= shift;
+  const double r = (x - kd * 0x1.62e42fefa3800p-1) - kd * 0x1.ef35793c7673p-45;
+  double p = 1.0 / 6227020800.0;
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  u &= (UINT64_C(1) << 52) - 1;             /* 2^51 + k */
+  const uint64_t k1 = (u >> 1);              /* 2^50 + floor(k / 2) */
+  const uint64_t k2 = u - k1;                /* 2^50 + k - floor(k / 2) */
+  const uint64_t b1 = (k1 - (UINT64_C(1) << 50) + 1023) << 52, b2 = (k2 - (UINT64_C(1) << 50) + 1023) << 52;
+  double s1, s2;
+  memcpy(&s1, &b1, 8);
+  memcpy(&s2, &b2, 8);
+  return p * s1 * s2;
+}
+
+static inline float myops_expf(float x) {
+  x = x < -104.0f ? -104.0f : x;
+  x = x > 89.0f ? 89.0f : x;
+  const float shift = 0x1.8p23f;
+  float kd = x * 0x1.715476p0f + shift;
+  uint32_t u;
+  memcpy(&u, &kd, 4);
+  kd -= shift;
+  const float r = (x - kd * 0x1.62e4p-1f) - kd * 0x1.7f7d1cp-20f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  u &= (UINT32_C(1) << 23) - 1;              /* 2^22 + k */
+  const uint32_t k1 = u >> 1, k2 = u - k1;   /* 2^21 + floor(k / 2), 2^21 + the rest */
+  const uint32_t b1 = (k1 - (UINT32_C(1) << 21) + 127) << 23, b2 = (k2 - (UINT32_C(1) << 21) + 127) << 23;
+  float s1, s2;
+  memcpy(&s1, &b1, 4);
+  memcpy(&s2, &b2, 4);
+  return p * s1 * s2;
+}
+
+/* exp and fmin for the elementwise bodies, which are written once over T (float or double). MYOPS_FMIN(a, b) is
+ * fmin for b not NaN (a NaN gives b, as fmin does), written as x86's minps so that it vectorizes. */
+#define MYOPS_EXP(x) _Generic((x), float: myops_expf, default: myops_exp)(x)
+static inline float myops_fminf_(float a, float b) { return a < b ? a : b; }
+static inline double myops_fmin_(double a, double b) { return a < b ? a : b; }
+#define MYOPS_FMIN(a, b) _Generic((a), float: myops_fminf_, default: myops_fmin_)(a, b)
+
+/* exp(y) to fp32 precision (within about 1.2 ulp of fp32) for rows stored as fp32 or narrower: sixteen lanes a
+ * vector instead of eight, and no more than the rounding of y to fp32, which eager's softmax pays too. */
+static inline double myops_exp_lowp(double y) { return (double)myops_expf((float)y); }
+
+#endif /* MYOPS_CPU_VMATH_H */
