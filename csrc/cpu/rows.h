@@ -107,6 +107,13 @@ static inline double myops_max(const double* v, int64_t n) {
   return m;
 }
 
+static inline float myops_maxf(const float* v, int64_t n) {
+  float m = -INFINITY;
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
 /* e[i] = exp(v[i] - m) (e may be v), in fp32 precision when lowp; returns their sum (eight running sums in a fixed
  * order, so the result does not depend on the vector width). Two passes over the row, which is in L1 or L2: fused
  * into one loop, the sums kept GCC from vectorizing the exp when it is computed through fp32 (3x slower). */
