@@ -1,6 +1,5 @@
-/* softmax.h: softmax (log = 0) and log_softmax (log = 1) on the CPU, rows [M, N]; forward in fp64 for fp64 rows and
- * in fp32 with fp64 sums for the others, backward in fp64 (exp to fp32 precision for rows of fp32 and narrower:
- * vmath.h); formulas in csrc/cuda/softmax.cuh. */
+/* softmax.h: softmax (log = 0) and log_softmax (log = 1) on the CPU, rows [M, N]: fp64 for fp64 rows, fp32 with
+ * fp64 row sums for the others (exp: vmath.h); formulas in csrc/cuda/softmax.cuh. */
 #ifndef MYOPS_CPU_SOFTMAX_H
 #define MYOPS_CPU_SOFTMAX_H
 
@@ -60,6 +59,21 @@ MYOPS_CPU_VEC static int softmax_rows_forward(const myops_out_operand* y, const 
   return MYOPS_OK;
 }
 
+/* The backward of rows stored in fp32 or narrower, like the forward: elementwise in fp32, the row's sum in fp64.
+ *   softmax: dx = y (g - sum(g y)),   log_softmax: dx = g - exp(y) sum(g). */
+static inline void softmax_row_backward_f32(float* g, const float* v, int64_t N, int is_log) {
+  double myops_sum8_result_;
+  if (is_log) {
+    MYOPS_SUM8(N, (double)g[k]);
+    const float k = (float)myops_sum8_result_;
+    for (int64_t i = 0; i < N; ++i) g[i] -= myops_expf(v[i]) * k;
+  } else {
+    MYOPS_SUM8(N, (double)g[k] * (double)v[k]);  /* the products are exact in fp64 */
+    const float k = (float)myops_sum8_result_;
+    for (int64_t i = 0; i < N; ++i) g[i] = v[i] * (g[i] - k);
+  }
+}
+
 MYOPS_CPU_VEC static int softmax_rows_backward(const myops_out_operand* dx, const myops_operand* dy,
                                                const myops_operand* y, int64_t M, int64_t N, int dtype, int is_log) {
   const int64_t es = myops_dtype_size(dtype);
@@ -68,13 +82,19 @@ MYOPS_CPU_VEC static int softmax_rows_backward(const myops_out_operand* dx, cons
   double* g = (double*)malloc((size_t)n1 * 2 * sizeof(double));  /* [N] dy (then dx), [N] y */
   if (g == NULL) return MYOPS_EARG;
   double* v = g + n1;
-  for (int64_t r = 0; r < M; ++r) {
+  for (int64_t r = 0; r < M && dtype != MYOPS_F64; ++r) { /* fp32 and narrower */
+    float *gf = (float*)g, *vf = gf + n1;  /* [N] dy (then dx), [N] y, in the first half of the buffer */
+    myops_load_f32(dtype, myops_row(dy, r, es), dy->col_stride, N, gf);
+    myops_load_f32(dtype, myops_row(y, r, es), y->col_stride, N, vf);
+    softmax_row_backward_f32(gf, vf, N, is_log);
+    myops_store_f32(dtype, myops_out_row(dx, r, es), dx->col_stride, N, gf);
+  }
+  for (int64_t r = 0; r < M && dtype == MYOPS_F64; ++r) {
     myops_load_row(dtype, myops_row(dy, r, es), dy->col_stride, N, g);
     myops_load_row(dtype, myops_row(y, r, es), y->col_stride, N, v);
     if (is_log) {
       const double k = myops_sum(g, N);
-      if (dtype == MYOPS_F64) for (int64_t i = 0; i < N; ++i) g[i] -= myops_exp(v[i]) * k;
-      else for (int64_t i = 0; i < N; ++i) g[i] -= myops_exp_lowp(v[i]) * k;
+      for (int64_t i = 0; i < N; ++i) g[i] -= myops_exp(v[i]) * k;
     } else {
       const double k = myops_dot(g, v, N);
       for (int64_t i = 0; i < N; ++i) g[i] = v[i] * (g[i] - k);
