@@ -1,29 +1,41 @@
-/* cross_entropy on the CPU, logits rows [M, C], fp64 math (exp to fp32 precision for logits of fp32 and
- * narrower: vmath.h); formulas in csrc/cuda/cross_entropy.cu. loss [M] and stats [M, 2] are fp32 (fp64 for fp64);
+/* cross_entropy on the CPU, logits rows [M, C]: fp64 math for fp64 logits; for fp32 and narrower the row is held in
+ * fp32 and its exps are fp32 (vmath.h), its sums and the loss fp64; formulas in csrc/cuda/cross_entropy.cu. loss [M] and stats [M, 2] are fp32 (fp64 for fp64);
  * an out-of-range target (validated by the caller unless it opted out) is clamped for its read and gives that row
  * a NaN log-sum, so a NaN loss and gradient. */
 #include "rows.h"
 
-MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int64_t* target, int64_t t_stride,
-                            int64_t M, int64_t C, int64_t ignore_index, double smoothing, int dtype) {
+MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int64_t* target,
+                                          int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index,
+                                          double smoothing, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   const int64_t c1 = C > 0 ? C : 1;
   double* v = (double*)malloc((size_t)c1 * 2 * sizeof(double));  /* [C] the row, [C] exp scratch */
   if (v == NULL) return MYOPS_EARG;
   double* e = v + c1;
+  float *f = (float*)v, *fe = f + c1;  /* fp32 and narrower: [C] the row, [C] exps, in the first half */
   for (int64_t r = 0; r < M; ++r) {
-    myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);
     /* NaN needs no flag: max skips it, and exp(NaN - m) makes the log-sum NaN. */
-    const double m = myops_max(v, C), sx = myops_sum(v, C);
-    const double ls = log(myops_exp_sum(e, v, C, m, dtype != MYOPS_F64));
+    double m, sx, ls, xt;
+    const int64_t t = target[r * t_stride], tc = t < 0 ? 0 : (t >= C ? C - 1 : t);
+    if (dtype != MYOPS_F64) {
+      myops_load_f32(dtype, myops_row(&x, r, es), x.col_stride, C, f);
+      const float mf = myops_maxf(f, C);
+      for (int64_t i = 0; i < C; ++i) fe[i] = myops_expf(f[i] - mf);
+      double myops_sum8_result_;
+      MYOPS_SUM8(C, (double)f[k]);
+      sx = myops_sum8_result_;
+      MYOPS_SUM8(C, (double)fe[k]);
+      m = mf, ls = log(myops_sum8_result_), xt = C > 0 ? f[tc] : 0.0;
+    } else {
+      myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);
+      m = myops_max(v, C), sx = myops_sum(v, C), ls = log(myops_exp_sum(e, v, C, m, 0)), xt = C > 0 ? v[tc] : 0.0;
+    }
     myops_st_stat(dtype, stats, 2 * r, m);
     myops_st_stat(dtype, stats, 2 * r + 1, ls);
-    const int64_t t = target[r * t_stride];
     if (t == ignore_index) {
       myops_st_stat(dtype, loss, r, 0.0);
     } else {
-      const double xt = v[t < 0 ? 0 : (t >= C ? C - 1 : t)];
       const double l = t < 0 || t >= C ? NAN : ls;
       if (l != ls) myops_st_stat(dtype, stats, 2 * r + 1, l);
       myops_st_stat(dtype, loss, r, l + (1.0 - smoothing) * (m - xt) + smoothing * (m - sx / (double)C));
@@ -49,10 +61,19 @@ MYOPS_CPU_VEC int myops_cross_entropy_backward_cpu(myops_out_operand dx, myops_o
     } else {
       const double g = myops_ld_stat(dtype, grad, r * g_stride), m = myops_ld_stat(dtype, stats, 2 * r);
       const double ls = myops_ld_stat(dtype, stats, 2 * r + 1);
+      if (dtype != MYOPS_F64) { /* the row in fp32 (exp's argument formed in fp64, as below) */
+        float* f = (float*)v;
+        myops_load_f32(dtype, myops_row(&x, r, es), x.col_stride, C, f);
+        const double xt = t >= 0 && t < C ? f[t] : 0.0;
+        const float gf = (float)g, scf = (float)sc;
+        for (int64_t i = 0; i < C; ++i) f[i] = gf * (myops_expf((float)(((double)f[i] - m) - ls)) - scf);
+        if (t >= 0 && t < C) f[t] = (float)(g * (myops_exp((xt - m) - ls) - sc - (1.0 - smoothing)));
+        myops_store_f32(dtype, myops_out_row(&dx, r, es), dx.col_stride, C, f);
+        continue;
+      }
       myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);
       const double xt = t >= 0 && t < C ? v[t] : 0.0;
-      if (dtype == MYOPS_F64) for (int64_t i = 0; i < C; ++i) v[i] = g * (myops_exp((v[i] - m) - ls) - sc);
-      else for (int64_t i = 0; i < C; ++i) v[i] = g * (myops_exp_lowp((v[i] - m) - ls) - sc);
+      for (int64_t i = 0; i < C; ++i) v[i] = g * (myops_exp((v[i] - m) - ls) - sc);
       if (t >= 0 && t < C) v[t] = g * (myops_exp((xt - m) - ls) - sc - (1.0 - smoothing));
     }
     myops_store_row(dtype, myops_out_row(&dx, r, es), dx.col_stride, C, v);

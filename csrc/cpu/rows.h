@@ -1,6 +1,6 @@
 /* rows.h: element access for the CPU row-wise kernels (norms, softmax, cross_entropy). They compute in fp64 for
- * every dtype (a row at a time, as close to the float64 reference as it gets) and round once when storing; softmax
- * and log_softmax of fp32 and narrower rows work in fp32 with fp64 sums (softmax.h). Element i of a row is at
+ * every dtype (a row at a time, as close to the float64 reference as it gets) and round once when storing; softmax,
+ * log_softmax and cross_entropy of fp32 and narrower rows work in fp32 with fp64 sums (softmax.h, cross_entropy.c). Element i of a row is at
  * p[i * col_stride]. */
 #ifndef MYOPS_CPU_ROWS_H
 #define MYOPS_CPU_ROWS_H
