@@ -1,6 +1,6 @@
 /* vmath.h: what lets the CPU kernels' loops vectorize.
  *
- * MYOPS_CPU_VEC, on a kernel's loop function, compiles it three times (x86-64 with GCC or clang on Linux): AVX-512
+ * MYOPS_CPU_VEC, on a kernel's loop function, compiles it three times (x86-64 Linux, GCC 12 or later): AVX-512
  * (x86-64-v4), AVX2 + FMA (x86-64-v3) and the baseline (SSE2); the loader's ifunc resolver picks one per process
  * from the CPU it runs on. The default build targets SSE2, two doubles a vector; on a Zen 4 core the v4 clone
  * runs the same loop on eight. The clones compute the same bits: the build is ISO C (-std=c11 implies
@@ -24,7 +24,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__)) && \
+/* GCC 12 introduced arch=x86-64-vN in target_clones; clang took it later (llvm-project#55830) and crashed on it
+ * before, so other compilers build the baseline alone. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12 && \
     !defined(MYOPS_CPU_NO_CLONES)
 #define MYOPS_CPU_VEC __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
