@@ -29,7 +29,7 @@ MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand
       m = mf, ls = log(myops_sum8_result_), xt = C > 0 ? f[tc] : 0.0;
     } else {
       myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);
-      m = myops_max(v, C), sx = myops_sum(v, C), ls = log(myops_exp_sum(e, v, C, m, 0)), xt = C > 0 ? v[tc] : 0.0;
+      m = myops_max(v, C), sx = myops_sum(v, C), ls = log(myops_exp_sum(e, v, C, m)), xt = C > 0 ? v[tc] : 0.0;
     }
     myops_st_stat(dtype, stats, 2 * r, m);
     myops_st_stat(dtype, stats, 2 * r + 1, ls);

@@ -108,21 +108,18 @@ static inline double myops_max(const double* v, int64_t n) {
   return m;
 }
 
-static inline float myops_maxf(const float* v, int64_t n) {
+static inline float myops_maxf(const float* v, int64_t n) { /* the same for fp32 */
   float m = -INFINITY;
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
   return m;
 }
 
-/* e[i] = exp(v[i] - m) (e may be v), in fp32 precision when lowp; returns their sum (eight running sums in a fixed
- * order, so the result does not depend on the vector width). Two passes over the row, which is in L1 or L2: fused
- * into one loop, the sums kept GCC from vectorizing the exp when it is computed through fp32 (3x slower). */
-static inline double myops_exp_sum(double* e, const double* v, int64_t n, double m, int lowp) {
-  if (lowp)
-    for (int64_t i = 0; i < n; ++i) e[i] = myops_exp_lowp(v[i] - m);
-  else
-    for (int64_t i = 0; i < n; ++i) e[i] = myops_exp(v[i] - m);
+/* e[i] = exp(v[i] - m) (e may be v); returns their sum (eight running sums in a fixed order, so the result does not
+ * depend on the vector width). Two passes over the row, which is in L1 or L2: fused into one loop, the sums kept
+ * GCC from vectorizing the exp. */
+static inline double myops_exp_sum(double* e, const double* v, int64_t n, double m) {
+  for (int64_t i = 0; i < n; ++i) e[i] = myops_exp(v[i] - m);
   double myops_sum8_result_;
   MYOPS_SUM8(n, e[k]);
   return myops_sum8_result_;

@@ -46,11 +46,11 @@ MYOPS_CPU_VEC static int softmax_rows_forward(const myops_out_operand* y, const 
     /* NaN needs no flag: max skips it, exp(NaN - m) is NaN, and so is the sum every output divides by. */
     const double m = myops_max(v, N);
     if (is_log) {
-      const double ls = log(myops_exp_sum(e, v, N, m, 0));
+      const double ls = log(myops_exp_sum(e, v, N, m));
       for (int64_t i = 0; i < N; ++i) v[i] = (v[i] - m) - ls;
     } else {
       /* one exp per element; a multiply by 1 / s, not a divide (vdivpd is slow) */
-      const double rs = 1.0 / myops_exp_sum(v, v, N, m, 0);
+      const double rs = 1.0 / myops_exp_sum(v, v, N, m);
       for (int64_t i = 0; i < N; ++i) v[i] *= rs;
     }
     myops_store_row(dtype, myops_out_row(y, r, es), y->col_stride, N, v);

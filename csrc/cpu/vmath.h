@@ -99,8 +99,4 @@ static inline float myops_fminf_(float a, float b) { return a < b ? a : b; }
 static inline double myops_fmin_(double a, double b) { return a < b ? a : b; }
 #define MYOPS_FMIN(a, b) _Generic((a), float: myops_fminf_, default: myops_fmin_)(a, b)
 
-/* exp(y) to fp32 precision (within about 1.2 ulp of fp32) for rows stored as fp32 or narrower: sixteen lanes a
- * vector instead of eight, and no more than the rounding of y to fp32, which eager's softmax pays too. */
-static inline double myops_exp_lowp(double y) { return (double)myops_expf((float)y); }
-
 #endif /* MYOPS_CPU_VMATH_H */
