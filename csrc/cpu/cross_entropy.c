@@ -1,7 +1,7 @@
 /* cross_entropy on the CPU, logits rows [M, C]: fp64 math for fp64 logits; for fp32 and narrower the row is held in
- * fp32 and its exps are fp32 (vmath.h), its sums and the loss fp64; formulas in csrc/cuda/cross_entropy.cu. loss [M] and stats [M, 2] are fp32 (fp64 for fp64);
- * an out-of-range target (validated by the caller unless it opted out) is clamped for its read and gives that row
- * a NaN log-sum, so a NaN loss and gradient. */
+ * fp32 and its exps are fp32 (vmath.h), its sums and the loss fp64; formulas in csrc/cuda/cross_entropy.cu. loss [M]
+ * and stats [M, 2] are fp32 (fp64 for fp64); an out-of-range target (validated by the caller unless it opted out) is
+ * clamped for its read and gives that row a NaN log-sum, so a NaN loss and gradient. */
 #include "rows.h"
 
 MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand x, const int64_t* target,
@@ -22,11 +22,7 @@ MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand
       myops_load_f32(dtype, myops_row(&x, r, es), x.col_stride, C, f);
       const float mf = myops_maxf(f, C);
       for (int64_t i = 0; i < C; ++i) fe[i] = myops_expf(f[i] - mf);
-      double myops_sum8_result_;
-      MYOPS_SUM8(C, (double)f[k]);
-      sx = myops_sum8_result_;
-      MYOPS_SUM8(C, (double)fe[k]);
-      m = mf, ls = log(myops_sum8_result_), xt = C > 0 ? f[tc] : 0.0;
+      m = mf, sx = myops_sumf(f, C), ls = log(myops_sumf(fe, C)), xt = C > 0 ? f[tc] : 0.0;
     } else {
       myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);
       m = myops_max(v, C), sx = myops_sum(v, C), ls = log(myops_exp_sum(e, v, C, m)), xt = C > 0 ? v[tc] : 0.0;

@@ -2,8 +2,8 @@
  * ws null, or [2][N] fp64 receiving this call's rows' dw and db contributions (added to what it holds). */
 #include "rows.h"
 
-MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
-                         const void* b, int64_t M, int64_t N, double eps, int dtype) {
+MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rstd, myops_operand x,
+                                       const void* w, const void* b, int64_t M, int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   const int64_t n1 = N > 0 ? N : 1;
@@ -31,8 +31,9 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
 /* The backward pass recomputes mean and rstd from x in fp64 instead of reading the forward's, which are rounded to
  * fp32: for short rows the terms of dx cancel (N = 2: dx = r * (g - mean(g)) * eps * r^2, a difference of terms of
  * size r * g), and x - mean(fp32) alone then cost up to 7x eager's error. */
-MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x, const void* w,
-                                  int64_t M, int64_t N, double eps, int dtype) {
+MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operand dy,
+                                                myops_operand x, const void* w, int64_t M, int64_t N, double eps,
+                                                int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   const int64_t n1 = N > 0 ? N : 1;

@@ -1,7 +1,7 @@
 /* rows.h: element access for the CPU row-wise kernels (norms, softmax, cross_entropy). They compute in fp64 for
  * every dtype (a row at a time, as close to the float64 reference as it gets) and round once when storing; softmax,
- * log_softmax and cross_entropy of fp32 and narrower rows work in fp32 with fp64 sums (softmax.h, cross_entropy.c). Element i of a row is at
- * p[i * col_stride]. */
+ * log_softmax and cross_entropy of fp32 and narrower rows work in fp32 with fp64 sums (softmax.h,
+ * cross_entropy.c). Element i of a row is at p[i * col_stride]. */
 #ifndef MYOPS_CPU_ROWS_H
 #define MYOPS_CPU_ROWS_H
 
@@ -81,6 +81,16 @@ static inline void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, co
 static inline double myops_sum(const double* v, int64_t n) {
   double myops_sum8_result_;
   MYOPS_SUM8(n, v[k]);
+  return myops_sum8_result_;
+}
+static inline double myops_sumf(const float* v, int64_t n) { /* an fp32 row summed in fp64 */
+  double myops_sum8_result_;
+  MYOPS_SUM8(n, (double)v[k]);
+  return myops_sum8_result_;
+}
+static inline double myops_dotf(const float* a, const float* b, int64_t n) { /* products exact in fp64 */
+  double myops_sum8_result_;
+  MYOPS_SUM8(n, (double)a[k] * (double)b[k]);
   return myops_sum8_result_;
 }
 static inline double myops_sum_sq(const double* v, int64_t n) {

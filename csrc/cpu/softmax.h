@@ -11,12 +11,7 @@
 static inline void softmax_row_forward_f32(float* v, float* e, int64_t N, int is_log) {
   const float m = myops_maxf(v, N);  /* NaN: skipped here, and exp(NaN - m) makes the sum NaN */
   for (int64_t i = 0; i < N; ++i) e[i] = myops_expf(v[i] - m);
-  double s;
-  {
-    double myops_sum8_result_;
-    MYOPS_SUM8(N, (double)e[k]);
-    s = myops_sum8_result_;
-  }
+  const double s = myops_sumf(e, N);
   if (is_log) {
     const float ls = (float)log(s);  /* eager's two roundings: (x - max) - log-sum */
     for (int64_t i = 0; i < N; ++i) v[i] = (v[i] - m) - ls;
@@ -34,14 +29,13 @@ MYOPS_CPU_VEC static int softmax_rows_forward(const myops_out_operand* y, const 
   double* v = (double*)malloc((size_t)n1 * 2 * sizeof(double));  /* [N] the row, [N] exp scratch */
   if (v == NULL) return MYOPS_EARG;
   double* e = v + n1;
-  const int lowp = dtype != MYOPS_F64;
-  for (int64_t r = 0; r < M && lowp; ++r) { /* fp32 and narrower */
+  for (int64_t r = 0; r < M && dtype != MYOPS_F64; ++r) { /* fp32 and narrower */
     float *f = (float*)v, *fe = f + n1;  /* [N] the row, [N] exps, in the first half of the buffer */
     myops_load_f32(dtype, myops_row(x, r, es), x->col_stride, N, f);
     softmax_row_forward_f32(f, fe, N, is_log);
     myops_store_f32(dtype, myops_out_row(y, r, es), y->col_stride, N, f);
   }
-  for (int64_t r = 0; r < M && !lowp; ++r) { /* fp64 */
+  for (int64_t r = 0; r < M && dtype == MYOPS_F64; ++r) {
     myops_load_row(dtype, myops_row(x, r, es), x->col_stride, N, v);
     /* NaN needs no flag: max skips it, exp(NaN - m) is NaN, and so is the sum every output divides by. */
     const double m = myops_max(v, N);
@@ -62,14 +56,11 @@ MYOPS_CPU_VEC static int softmax_rows_forward(const myops_out_operand* y, const 
 /* The backward of rows stored in fp32 or narrower, like the forward: elementwise in fp32, the row's sum in fp64.
  *   softmax: dx = y (g - sum(g y)),   log_softmax: dx = g - exp(y) sum(g). */
 static inline void softmax_row_backward_f32(float* g, const float* v, int64_t N, int is_log) {
-  double myops_sum8_result_;
   if (is_log) {
-    MYOPS_SUM8(N, (double)g[k]);
-    const float k = (float)myops_sum8_result_;
+    const float k = (float)myops_sumf(g, N);
     for (int64_t i = 0; i < N; ++i) g[i] -= myops_expf(v[i]) * k;
   } else {
-    MYOPS_SUM8(N, (double)g[k] * (double)v[k]);  /* the products are exact in fp64 */
-    const float k = (float)myops_sum8_result_;
+    const float k = (float)myops_dotf(g, v, N);
     for (int64_t i = 0; i < N; ++i) g[i] = v[i] * (g[i] - k);
   }
 }
