@@ -142,8 +142,10 @@ inline int forced_cluster() {
   return v;
 }
 
-// Shared bytes of a kernel's RowReduce buffer: 2 sets of 256 slots (8 CTAs x 32 warps, 16 x 16) of up to 8 bytes.
-constexpr int kRedBytes = 2 * kMaxCluster * 32 * 8;
+// Shared bytes of a kernel's RowReduce buffer: 2 sets of 256 slots (8 CTAs x 32 warps, 16 x 16) of up to 8 bytes,
+// then the two sets' mbarriers (cluster reductions).
+constexpr int kRedSetBytes = kMaxCluster * 32 * 8;
+constexpr int kRedBytes = 2 * kRedSetBytes + 16;
 
 // Picks the fewest vectors per thread (up to max_ns) that keep a row within target_tpr threads, else the fewest
 // that fit it in max_tpr threads. More vectors per thread put more bytes in flight per thread; fewer threads per
@@ -168,7 +170,7 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
     g.tpr = g.threads * c;
     g.rows = 1;
     g.full = nvec == (int64_t)g.ns * g.tpr;
-    if (c * (g.threads / 32) > kRedBytes / 16) return Geo{};  // a warp total per slot, 8-byte slots, 2 sets
+    if (c * (g.threads / 32) > kRedSetBytes / 8) return Geo{};  // a warp total per 8-byte slot
     return g;
   }
   int ns = 1;
@@ -531,28 +533,88 @@ struct Max {
 };
 
 
+// Cluster reductions signal an mbarrier per slot set (st.async) instead of passing a cluster barrier: a barrier's
+// release half waits until the thread's earlier global stores are acknowledged, and a long row's CTA enters its first
+// reduction with the previous row's output stores (up to 64 KB per SM) still in flight. MYOPS_RR_MBAR=0 restores
+// the barrier (A/B).
+#ifndef MYOPS_RR_MBAR
+#define MYOPS_RR_MBAR 1
+#endif
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// The shared::cluster address of local shared address a in CTA `rank` of the cluster.
+__device__ __forceinline__ unsigned map_rank(unsigned a, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+  return r;
+}
+// Writes v (4 or 8 bytes) at shared::cluster address dst and counts its bytes on the mbarrier at `bar` (same CTA).
+template <class V> __device__ __forceinline__ void send_remote(unsigned dst, const V& v, unsigned bar) {
+  if constexpr (sizeof(V) == 4) {
+    uint32_t w;
+    memcpy(&w, &v, 4);
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst), "r"(w),
+                 "r"(bar) : "memory");
+  } else {
+    static_assert(sizeof(V) == 8, "a cluster reduction slot holds 4 or 8 bytes");
+    uint64_t w;
+    memcpy(&w, &v, 8);
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(dst), "l"(w),
+                 "r"(bar) : "memory");
+  }
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n\t.reg .pred P;\n"
+      "RR_WAIT:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 P, [%0], %1;\n\t"
+      "@!P bra RR_WAIT;\n"
+      "}" ::"r"(bar), "r"(parity) : "memory");
+}
+
 // Combines one value per thread over each row's thread group; every thread of the row gets the result, in the
 // same bits. Above 32 threads per row, each warp's total goes to a shared slot, one barrier, then each warp
 // reduces its row's slots with shuffles. Two slot sets alternate: a warp writing reduction k + 2's slots has
-// passed reduction k + 1's barrier, which no thread reaches before it has read reduction k's slots. A row split
-// over a cluster (up to 16 CTAs) does the same at cluster scope: each warp writes its total into its slot of every CTA of the
-// cluster (distributed shared memory), one cluster barrier (release/acquire), then every warp of every CTA
-// combines all slots in the same order. No CTA exits while another may still write into it: every remote write
-// precedes a cluster barrier that all the cluster's CTAs pass.
+// passed reduction k + 1's barrier, which no thread reaches before it has read reduction k's slots.
+// A row split over a cluster (up to 16 CTAs) does the same at cluster scope: each warp sends its total into its slot
+// of every CTA of the cluster (st.async to distributed shared memory, counted in bytes on that CTA's mbarrier for
+// the slot set), every CTA waits until its mbarrier has all the cluster's bytes, then every warp of every CTA combines
+// all slots in the same order. The reuse argument is the same: a CTA sends reduction k + 2 only once it has every
+// warp's reduction k + 1, which each warp sends after it has read reduction k. No CTA exits while a send to it may be
+// in flight: each receives all its bytes before it goes on, and a clustered kernel passes a cluster barrier at exit.
 struct RowReduce {
   unsigned char* buf;  // shared: kRedBytes
   int tpr;
-  int phase = 0;
+  unsigned round = 0;  // reductions so far: slot set round & 1, its mbarrier's phase parity (round >> 1) & 1
   // A CTA may write another's shared memory only once that CTA has started (compute-sanitizer's racecheck flagged
-  // the first reduction's DSMEM writes without this): a clustered kernel passes a cluster barrier at entry. (Arriving
-  // here and waiting before the first remote write instead kept a flag live through the row loop: the bf16 softmax
-  // forward went from 64 to 76 registers, one CTA per SM, 72 -> 58% of copy at N = 65536.)
+  // the first reduction's DSMEM writes without this): a clustered kernel passes a cluster barrier at entry, after its
+  // mbarriers are initialized. (Arriving here and waiting before the first remote write instead kept a flag live
+  // through the row loop: the bf16 softmax forward went from 64 to 76 registers, one CTA per SM, 72 -> 58% of copy at
+  // N = 65536.)
   __device__ RowReduce(unsigned char* b, int tpr_) : buf(b), tpr(tpr_) {
+    if (tpr > (int)blockDim.x) {
+#if MYOPS_RR_MBAR
+      if (threadIdx.x == 0) {
+        const unsigned bar = smem_addr(buf + 2 * kRedSetBytes);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar + 8) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      }
+#endif
+      asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+      asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+    }
+  }
+#if MYOPS_RR_MBAR
+  __device__ ~RowReduce() {
     if (tpr > (int)blockDim.x) {
       asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
       asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
     }
   }
+#endif
   template <class V, class Op> __device__ __forceinline__ V operator()(V v, Op op, V identity) {
     const int width = tpr < 32 ? tpr : 32;
 #pragma unroll
@@ -560,8 +622,8 @@ struct RowReduce {
       if (o < width) v = op(v, shfl_xor(v, o));
     if (tpr <= 32) return v;
     if (tpr > (int)blockDim.x) return cluster_combine(v, op, identity);
-    V* red = reinterpret_cast<V*>(buf + phase * (kRedBytes / 2));
-    phase ^= 1;
+    V* red = reinterpret_cast<V*>(buf + (round & 1) * kRedSetBytes);
+    ++round;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = tpr >> 5;
     if (lane == 0) red[warp] = v;
     __syncthreads();
@@ -573,13 +635,24 @@ struct RowReduce {
   }
   template <class V, class Op> __device__ __forceinline__ V cluster_combine(V v, Op op, V identity) {
     static_assert(sizeof(V) <= 8, "a cluster reduction slot holds 8 bytes");
-    V* red = reinterpret_cast<V*>(buf + phase * (kRedBytes / 2));
-    phase ^= 1;
+    const unsigned set = round & 1;
+    V* red = reinterpret_cast<V*>(buf + set * kRedSetBytes);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int ctas = tpr / blockDim.x, n = ctas * nw;
+#if MYOPS_RR_MBAR
+    const unsigned bar = smem_addr(buf + 2 * kRedSetBytes + 8 * set);
+    if (threadIdx.x == 0)  // this CTA's arrival: the phase completes once the n slots' bytes have also landed
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(n * (int)sizeof(V))
+                   : "memory");
+    if (lane < ctas)
+      send_remote(map_rank(smem_addr(red + cluster_rank() * nw + warp), lane), v, map_rank(bar, lane));
+    mbar_wait(bar, (round >> 1) & 1);
+#else
     cg::cluster_group cluster = cg::this_cluster();
     if (lane < ctas) *cluster.map_shared_rank(red + cluster_rank() * nw + warp, lane) = v;
     cluster.sync();
+#endif
+    ++round;
     v = identity;
     for (int k = lane; k < n; k += 32) v = op(v, red[k]);
 #pragma unroll
