@@ -2,14 +2,20 @@
 cluster with staging, the rows.cuh engine, cross_entropy's streaming kernel), for compute-sanitizer, e.g.:
 
     PYTHONPATH=. compute-sanitizer --tool memcheck python benchmarks/sanitize_rows.py
+
+MYOPS_SAN_SHAPES=3x65536,2x262144 limits the shapes (racecheck takes minutes over all of them).
 """
+import os
+
 import torch
 
 import ops
 
+SHAPES = [tuple(int(d) for d in s.split("x")) for s in
+          os.environ.get("MYOPS_SAN_SHAPES", "7x4096,40x24576,3x65536,2x262144,5x769").split(",")]
 torch.manual_seed(0)
 for dtype in (torch.bfloat16, torch.float32):
-    for shape in ((7, 4096), (40, 24576), (3, 65536), (2, 262144), (5, 769)):
+    for shape in SHAPES:
         x = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
         r = torch.randn(shape, device="cuda", dtype=dtype, requires_grad=True)
         w = torch.randn(shape[-1], device="cuda", dtype=dtype, requires_grad=True)

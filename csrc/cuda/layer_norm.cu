@@ -416,7 +416,8 @@ template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 1;
 template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
   if constexpr (MaxNs == 0) return {};
   else if (bwd) return rr::geometry(N, elem, MaxNs, 1024, rr::target_tpr_bwd(), rr::kMaxCluster);
-  else return rr::geometry(N, elem, MaxNs, 512, rr::target_tpr(), rr::kMaxCluster);
+  else return rr::geometry(N, elem, MaxNs, 512, rr::target_tpr(), rr::kMaxCluster,
+                          rr::cluster_cta(elem == 2 ? 512 : 256));
 }
 // Backward: fp32 rows longer than 1024 threads x 8 CTAs hold take 2 vectors per thread in 512-thread CTAs (bound to
 // 512 threads, 128 registers), up to 65536 elements in a cluster of 16, instead of the rows.cuh engine (fwd+bwd at

@@ -142,6 +142,22 @@ inline int forced_cluster() {
   return v;
 }
 
+// Threads per CTA a forward kernel's row split over a cluster aims for (geometry's cta_target; MYOPS_ROW_CLUSTER_CTA
+// overrides the kernel's choice, read once): a row is split over more, smaller CTAs rather than the fewest that hold
+// it, so that several CTAs share an SM and one's loads overlap another's reductions. H100, forward, 256 against the
+// fewest CTAs: softmax fp32 N = 65536 87.5 -> 96.6% of copy (8 x 256 threads instead of 2 x 1024), bf16 N = 262144
+// 88.9 -> 92.6, rms_norm and layer_norm fp32 N = 65536 86.6 -> 90.4 and 89.5 -> 90.4. The norms' 16-bit forwards
+// keep 512: at about 96 registers their 512-thread CTAs fill an SM alone and stage the next row, which measured
+// faster than two unstaged 256-thread CTAs (rms_norm bf16 N = 65536: 86.0 against 78.8).
+inline int cluster_cta(int kernel_choice) {
+  static const int v = [] {
+    const char* e = std::getenv("MYOPS_ROW_CLUSTER_CTA");
+    const int t = e ? std::atoi(e) : 0;
+    return t >= 64 && t <= 1024 ? t : 0;
+  }();
+  return v ? v : kernel_choice;
+}
+
 // Shared bytes of a kernel's RowReduce buffer: 2 sets of 256 slots (8 CTAs x 32 warps, 16 x 16) of up to 8 bytes,
 // then the two sets' mbarriers (cluster reductions).
 constexpr int kRedSetBytes = kMaxCluster * 32 * 8;
@@ -150,20 +166,37 @@ constexpr int kRedBytes = 2 * kRedSetBytes + 16;
 // Picks the fewest vectors per thread (up to max_ns) that keep a row within target_tpr threads, else the fewest
 // that fit it in max_tpr threads. More vectors per thread put more bytes in flight per thread; fewer threads per
 // row shorten the cross-warp reduction. target_tpr comes from measurement (BENCHMARKS.md). A row that max_tpr
-// threads of max_ns vectors cannot hold is split over the fewest CTAs (up to max_cluster) that hold it at max_ns.
-inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr, int max_cluster = 1) {
+// threads of max_ns vectors cannot hold is split over a cluster (up to max_cluster CTAs, or sm_90's non-portable 16)
+// at max_ns: with cta_target, the fewest CTAs of at most cta_target threads, else the most CTAs (the smallest) that
+// hold it; without, the fewest CTAs that hold it.
+inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr, int max_cluster = 1,
+                    int cta_target = 0) {
   Geo g;
   if (N <= 0 || N % (16 / elem) != 0) return g;  // whole 16-byte vectors only
   const int64_t nvec = N / (16 / elem);
   const int forced = forced_cluster() <= max_cluster ? forced_cluster() : 0;
   if (max_cluster > 1 && (ceil_div(nvec, max_ns) > max_tpr || (forced && ceil_div(nvec, max_ns) >= 32 * forced))) {
-    int c = forced ? forced : 2;
-    while (c <= max_cluster && ceil_div(nvec, (int64_t)max_ns * c) > max_tpr) c *= 2;
-    // beyond 8 CTAs: sm_90's non-portable cluster of 16, for CTAs of up to 512 threads (the reduction's 256 slots)
-    if (c > max_cluster) {
-      if (max_cluster == kMaxCluster && ceil_div(nvec, (int64_t)max_ns * 16) <= std::min(max_tpr, 512)) c = 16;
-      else return g;
+    // c CTAs of at most lim threads hold the row (16: non-portable, for CTAs of up to 512 threads, the reduction's
+    // 256 slots)
+    const auto fits = [&](int c, int lim) {
+      const int64_t t = ceil_div(nvec, (int64_t)max_ns * c);
+      if (c <= max_cluster) return t <= lim;
+      return c == 16 && max_cluster == kMaxCluster && t <= std::min(lim, 512);
+    };
+    int c = 0;
+    if (forced) {
+      for (int k = forced; k <= 16 && !c; k *= 2)
+        if (fits(k, max_tpr)) c = k;
+    } else if (cta_target) {
+      for (int k = 2; k <= 16 && !c; k *= 2)
+        if (fits(k, std::min(max_tpr, cta_target))) c = k;
+      for (int k = 16; k >= 2 && !c; k /= 2)
+        if (fits(k, max_tpr)) c = k;
+    } else {
+      for (int k = 2; k <= 16 && !c; k *= 2)
+        if (fits(k, max_tpr)) c = k;
     }
+    if (!c) return g;
     g.ns = max_ns;
     g.cluster = c;
     g.threads = (int)ceil_div(ceil_div(nvec, (int64_t)max_ns * c), 32) * 32;

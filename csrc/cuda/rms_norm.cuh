@@ -370,7 +370,8 @@ template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 
 
 template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
   if constexpr (kFwdNs<T, ADD> == 0) return {};
-  else return rr::geometry(N, sizeof(T), kFwdNs<T, ADD>, 512, rr::target_tpr(), rr::kMaxCluster);
+  else return rr::geometry(N, sizeof(T), kFwdNs<T, ADD>, 512, rr::target_tpr(), rr::kMaxCluster,
+                          rr::cluster_cta(sizeof(T) == 2 ? 512 : 256));
 }
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if constexpr (kBwdNs<T> == 0) return {};

@@ -193,7 +193,8 @@ template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
 template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 4;
 template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem) {
   if constexpr (MaxNs == 0) return {};
-  else return rr::geometry(N, elem, MaxNs, elem == 4 ? 1024 : 512, rr::target_tpr(), rr::kMaxCluster);
+  else return rr::geometry(N, elem, MaxNs, elem == 4 ? 1024 : 512, rr::target_tpr(), rr::kMaxCluster,
+                          rr::cluster_cta(256));
 }
 // Backward: fp32 rows longer than 4 vectors x 1024 threads x 8 CTAs (and than 16 CTAs of 512) take 8 vectors per
 // thread in 512-thread CTAs (that kernel is bound to 512 threads, 128 registers), up to 262144 elements in a cluster
