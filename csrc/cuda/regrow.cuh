@@ -16,11 +16,12 @@
 // loop over rows with a grid of what fits on the chip, summing in registers (a thread's columns are the same on
 // every row) and loading the next row and its statistics before reducing the current one.
 // Rows longer than a CTA's registers hold (a CTA stops at max_threads and 8 vectors per thread) are split over a
-// thread block cluster of up to 8 CTAs (16, non-portable, for CTAs of up to 512 threads): the row's tpr threads are the cluster's, thread t of CTA rank
-// k being row thread k * blockDim + t, so the layout above is unchanged and every row is still read once and
-// written once (fp32 rows of 262144 elements in 8 x 1024 threads x 8 vectors). A cluster reduction sends each warp's
-// total to every CTA of the cluster through distributed shared memory and waits on one cluster barrier.
-// Rows that fail these conditions (strided columns, misaligned rows, rows longer than 8 CTAs hold) take the
+// thread block cluster of up to 8 CTAs (16, non-portable, for CTAs of up to 512 threads; forward kernels aim for
+// CTAs of cluster_cta() threads): the row's tpr threads are the cluster's, thread t of CTA rank k being row thread
+// k * blockDim + t, so the layout above is unchanged and every row is still read once and written once (fp32 rows of
+// 262144 elements in 16 x 512 threads x 8 vectors). A cluster reduction sends each warp's total to every CTA of the
+// cluster (st.async into distributed shared memory) and waits on the CTA's mbarrier for all of them.
+// Rows that fail these conditions (strided columns, misaligned rows, rows longer than 16 CTAs hold) take the
 // rows.cuh engine; the host entry of each op tries this path first.
 #pragma once
 #include <cstdlib>
