@@ -159,6 +159,17 @@ inline int cluster_cta(int kernel_choice) {
   return v ? v : kernel_choice;
 }
 
+// MYOPS_ROW_CLUSTER_NS (1, 2, 4, 8): vectors per thread of a forward row split over a cluster, where the kernel holds
+// more (tuning only, read once; 0: the kernel's maximum).
+inline int cluster_ns() {
+  static const int v = [] {
+    const char* e = std::getenv("MYOPS_ROW_CLUSTER_NS");
+    const int n = e ? std::atoi(e) : 0;
+    return n == 1 || n == 2 || n == 4 || n == 8 ? n : 0;
+  }();
+  return v;
+}
+
 // Shared bytes of a kernel's RowReduce buffer: 2 sets of 256 slots (8 CTAs x 32 warps, 16 x 16) of up to 8 bytes,
 // then the two sets' mbarriers (cluster reductions).
 constexpr int kRedSetBytes = kMaxCluster * 32 * 8;
@@ -177,14 +188,16 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
   const int64_t nvec = N / (16 / elem);
   const int forced = forced_cluster() <= max_cluster ? forced_cluster() : 0;
   if (max_cluster > 1 && (ceil_div(nvec, max_ns) > max_tpr || (forced && ceil_div(nvec, max_ns) >= 32 * forced))) {
-    // c CTAs of at most lim threads hold the row (16: non-portable, for CTAs of up to 512 threads, the reduction's
-    // 256 slots)
+    // c CTAs of at most lim threads of ns vectors hold the row (16: non-portable, for CTAs of up to 512 threads, the
+    // reduction's 256 slots)
+    int ns = cta_target && cluster_ns() ? std::min(max_ns, cluster_ns()) : max_ns;
     const auto fits = [&](int c, int lim) {
-      const int64_t t = ceil_div(nvec, (int64_t)max_ns * c);
+      const int64_t t = ceil_div(nvec, (int64_t)ns * c);
       if (c <= max_cluster) return t <= lim;
       return c == 16 && max_cluster == kMaxCluster && t <= std::min(lim, 512);
     };
     int c = 0;
+    if (cta_target && ns < max_ns && !fits(16, max_tpr)) ns = max_ns;  // fewer vectors need more CTAs than exist
     if (forced) {
       for (int k = forced; k <= 16 && !c; k *= 2)
         if (fits(k, max_tpr)) c = k;
@@ -198,9 +211,9 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
         if (fits(k, max_tpr)) c = k;
     }
     if (!c) return g;
-    g.ns = max_ns;
+    g.ns = ns;
     g.cluster = c;
-    g.threads = (int)ceil_div(ceil_div(nvec, (int64_t)max_ns * c), 32) * 32;
+    g.threads = (int)ceil_div(ceil_div(nvec, (int64_t)ns * c), 32) * 32;
     g.tpr = g.threads * c;
     g.rows = 1;
     g.full = nvec == (int64_t)g.ns * g.tpr;
