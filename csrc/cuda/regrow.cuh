@@ -190,26 +190,24 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
   if (max_cluster > 1 && (ceil_div(nvec, max_ns) > max_tpr || (forced && ceil_div(nvec, max_ns) >= 32 * forced))) {
     // c CTAs of at most lim threads of ns vectors hold the row (16: non-portable, for CTAs of up to 512 threads, the
     // reduction's 256 slots)
-    int ns = cta_target && cluster_ns() ? std::min(max_ns, cluster_ns()) : max_ns;
-    const auto fits = [&](int c, int lim) {
+    const auto fits = [&](int ns, int c, int lim) {
       const int64_t t = ceil_div(nvec, (int64_t)ns * c);
       if (c <= max_cluster) return t <= lim;
       return c == 16 && max_cluster == kMaxCluster && t <= std::min(lim, 512);
     };
-    int c = 0;
-    if (cta_target && ns < max_ns && !fits(16, max_tpr)) ns = max_ns;  // fewer vectors need more CTAs than exist
-    if (forced) {
-      for (int k = forced; k <= 16 && !c; k *= 2)
-        if (fits(k, max_tpr)) c = k;
-    } else if (cta_target) {
-      for (int k = 2; k <= 16 && !c; k *= 2)
-        if (fits(k, std::min(max_tpr, cta_target))) c = k;
-      for (int k = 16; k >= 2 && !c; k /= 2)
-        if (fits(k, max_tpr)) c = k;
-    } else {
-      for (int k = 2; k <= 16 && !c; k *= 2)
-        if (fits(k, max_tpr)) c = k;
-    }
+    // MYOPS_ROW_CLUSTER_NS, unless fewer vectors would need more CTAs than a cluster has
+    const int want_ns = cta_target && cluster_ns() ? std::min(max_ns, cluster_ns()) : max_ns;
+    const int ns = fits(want_ns, 16, max_tpr) ? want_ns : max_ns;
+    const bool aim = cta_target && !forced;
+    const auto fewest = [&](int lim) {
+      for (int k = forced ? forced : 2; k <= 16; k *= 2)
+        if (fits(ns, k, lim)) return k;
+      return 0;
+    };
+    int c = aim ? fewest(std::min(max_tpr, cta_target)) : 0;
+    for (int k = 16; k >= 2 && aim && !c; k /= 2)  // no CTAs that small: the smallest that hold the row
+      if (fits(ns, k, max_tpr)) c = k;
+    if (!c) c = fewest(max_tpr);
     if (!c) return g;
     g.ns = ns;
     g.cluster = c;
