@@ -158,8 +158,11 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
 // fma(r, g, fma(x, -c2, c0)), with per-row c2 = r^2 mean(g xh) and c0 = mu c2 - r mean(g): 3 instructions fewer per
 // element in a kernel that Nsight Compute showed issue-bound (bf16 [16384, 4096]: 71% SM throughput at 41% of DRAM).
 // The rounding of c0 costs about |mu| / std fp32 ulps of dx, far below the 16-bit rounding of the output (fp32 keeps
-// the exact form). (xh itself stays (x - mu) * r: fma(x, r, -mu r) leaves a rounding residue of |x| r ulps where
-// x = mu, e.g. in a constant row, that would enter y and dw.) MYOPS_LN_FUSED=0 restores the exact form (A/B).
+// the exact form). The 16-bit forward likewise takes xh = fma(x, r, -mu r) (one instruction instead of two, in a
+// kernel Nsight Compute showed issue-bound: bf16 [16384, 4096] at 73% SM throughput): its rounding residue,
+// |mu| r fp32 ulps, is below the output's 16-bit rounding unless |mu| / std exceeds about 2^15 (a constant row of
+// mean mu gets y = b + about 2^-24 |mu| r w instead of b). The backward's xh, which enters dw, stays (x - mu) * r.
+// MYOPS_LN_FUSED=0 restores the exact forms (A/B).
 #ifndef MYOPS_LN_FUSED
 #define MYOPS_LN_FUSED 1
 #endif
@@ -204,6 +207,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
       for (int e = 0; e < VEC; ++e) sq += (a[e] - mu) * (a[e] - mu);
     }
     const A rs = inv_sqrt(red(sq, rr::Sum{}, A(0)) / A(N) + eps);
+    const A nmr = -mu * rs;  // kFused: xh = fma(x, rs, -mu rs)
     if (!live) continue;
     if (l.t == 0) {
       mean[r] = mu;
@@ -218,10 +222,9 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
       if (w) rr::load_param(w, c, wv);
       if (b) rr::load_param(b, c, bv);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        a[e] = (a[e] - mu) * rs;
-        if (w) a[e] *= wv[e];
-        if (b) a[e] += bv[e];
+      for (int e = 0; e < VEC; ++e) {  // (one fma for weight and bias: the compiler kept a multiply and an add)
+        const A xh = kFused<T> ? fmaf(a[e], rs, nmr) : (a[e] - mu) * rs;
+        a[e] = w && b ? fmaf(xh, wv[e], bv[e]) : w ? xh * wv[e] : b ? xh + bv[e] : xh;
       }
       rr::store(y + r * ys, c, a);
     }

@@ -280,6 +280,11 @@ __device__ __forceinline__ unsigned cluster_count() {
   asm("mov.u32 %0, %%nclusterid.x;" : "=r"(v));
   return v;
 }
+__device__ __forceinline__ unsigned cluster_size() {
+  unsigned v;
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(v));
+  return v;
+}
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned v;
   asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(v));
@@ -300,9 +305,14 @@ struct Lane {
       group = cluster_id();
       groups = cluster_count();
     } else {
-      rows = blockDim.x / tpr;
-      slot = threadIdx.x / tpr;
-      t = threadIdx.x % tpr;
+      // no integer division (about 30 instructions each, per CTA, which at [16384, 4096] runs one row): a CTA holds
+      // one row (tpr = blockDim.x, any multiple of 32), or several rows of a power-of-2 tpr (geometry: rows > 1 only
+      // where tpr <= 64)
+      const bool one = tpr == (int)blockDim.x;
+      const int sh = __ffs(tpr) - 1;
+      rows = one ? 1 : (int)blockDim.x >> sh;
+      slot = one ? 0 : (int)threadIdx.x >> sh;
+      t = one ? (int)threadIdx.x : (int)threadIdx.x & (tpr - 1);
       group = blockIdx.x;
       groups = gridDim.x;
     }
@@ -554,12 +564,14 @@ __device__ __forceinline__ void store(T* __restrict__ row, int c, const acc_t<T>
 }
 
 // Slot at column c (< N) of a per-column parameter vector (weight, bias; contiguous, 16-byte aligned), in acc_t.
+// (Decoded from 32-bit words like Regs: one instruction per bf16 element, where converting each element took two.)
 template <class T>
 __device__ __forceinline__ void load_param(const T* __restrict__ p, int c, acc_t<T> (&x)[16 / sizeof(T)]) {
   constexpr int VEC = 16 / sizeof(T);
-  const Vec<T, VEC> t = *reinterpret_cast<const Vec<T, VEC>*>(p + c);
+  const uint4 q = *reinterpret_cast<const uint4*>(p + c);
+  const uint32_t u[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) x[e] = to_acc(t.v[e]);
+  for (int e = 0; e < VEC; ++e) x[e] = VEC == 4 ? word_elem<T>(u[e], 0) : word_elem<T>(u[e >> 1], e & 1);
 }
 
 template <class A> __device__ __forceinline__ A shfl_xor(A v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
@@ -661,18 +673,23 @@ struct RowReduce {
   }
 #endif
   template <class V, class Op> __device__ __forceinline__ V operator()(V v, Op op, V identity) {
-    const int width = tpr < 32 ? tpr : 32;
+    if (tpr < 32) {
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-      if (o < width) v = op(v, shfl_xor(v, o));
-    if (tpr <= 32) return v;
+      for (int o = 16; o > 0; o >>= 1)
+        if (o < tpr) v = op(v, shfl_xor(v, o));
+      return v;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));  // (no per-step test on the common path)
+    if (tpr == 32) return v;
     if (tpr > (int)blockDim.x) return cluster_combine(v, op, identity);
     V* red = reinterpret_cast<V*>(buf + (round & 1) * kRedSetBytes);
     ++round;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = tpr >> 5;
     if (lane == 0) red[warp] = v;
     __syncthreads();
-    const int first = warp - (threadIdx.x % tpr >> 5);  // the row's first warp
+    // the row's first warp (nw is a power of 2 where a CTA holds several rows of over 32 threads: tpr = 64)
+    const int first = tpr == (int)blockDim.x ? 0 : warp & ~(nw - 1);
     v = lane < nw ? red[first + lane] : identity;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
@@ -683,7 +700,7 @@ struct RowReduce {
     const unsigned set = round & 1;
     V* red = reinterpret_cast<V*>(buf + set * kRedSetBytes);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int ctas = tpr / blockDim.x, n = ctas * nw;
+    const int ctas = (int)cluster_size(), n = ctas * nw;  // (tpr / blockDim.x, without a division)
 #if MYOPS_RR_MBAR
     const unsigned bar = smem_addr(buf + 2 * kRedSetBytes + 8 * set);
     if (threadIdx.x == 0)  // this CTA's arrival: the phase completes once the n slots' bytes have also landed

@@ -88,8 +88,8 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_
   if (!grad_s.has_value()) ds_gpu = myops_operand{nullptr, 0, 0};
   const at::Tensor rs = rstd.contiguous();
   at::Tensor dx = at::empty(s.sizes(), s.options());
-  at::Tensor dweight = dw ? at::zeros({sv.N}, s.options()) : at::empty({0}, s.options());
-  if (sv.M == 0 || sv.N == 0) return {dx, dweight};
+  at::Tensor dweight = at::empty({dw ? sv.N : 0}, s.options());
+  if (sv.M == 0 || sv.N == 0) return {dx, dweight.zero_()};
   const void* wp = w.defined() ? w.data_ptr() : nullptr;
   at::Tensor ws;
   if (s.is_cuda()) {
@@ -103,6 +103,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_
     const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, sv.op, ds_gpu,
                                     rs.data_ptr(), wp, sv.M, sv.N, eps, dtype, myops::current_stream(s));
     myops::check_status(rc, op, "CUDA");
+    if (dw) dweight = myops::colsum_cuda(ws.unsqueeze(0), s.scalar_type(), op)[0];
 #endif
   } else {
     const BwdCpu fn = k_bwd_cpu.get();
@@ -113,8 +114,8 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_
                 myops::shifted(gv.op, b, es), myops::shifted(sv.op, b, es), myops::shifted(ev.op, b, es), wp, e - b,
                 sv.N, eps, dtype);
     });
+    if (dw) dweight = ws.sum(0).to(s.scalar_type());
   }
-  if (dw) dweight = ws.sum(0).to(s.scalar_type());
   return {dx, dweight};
 }
 }  // namespace

@@ -88,6 +88,20 @@ void check_last_dim_vector(const at::Tensor& ref, const at::Tensor& t, const cha
   check_same_dtype(ref, t, op, ref_name, arg);
 }
 
+#ifdef MYOPS_WITH_CUDA
+std::vector<at::Tensor> colsum_cuda(const at::Tensor& ws, at::ScalarType dtype, const char* op) {
+  using Fn = int (*)(void*, void*, const void*, int64_t, int64_t, int, void*);
+  static Kernel<Fn> k("myops_colsum_cuda");
+  TORCH_INTERNAL_ASSERT(ws.dim() == 3 && ws.size(0) >= 1 && ws.size(0) <= 2 && ws.is_contiguous());
+  std::vector<at::Tensor> outs;
+  for (int64_t i = 0; i < ws.size(0); ++i) outs.push_back(at::empty({ws.size(2)}, ws.options().dtype(dtype)));
+  const int rc = k.get()(outs[0].data_ptr(), outs.size() > 1 ? outs[1].data_ptr() : nullptr, ws.data_ptr(),
+                         ws.size(1), ws.size(2), dtype_code(outs[0], op, "weight"), current_stream(ws));
+  check_status(rc, op, "CUDA");
+  return outs;
+}
+#endif
+
 void check_status(int rc, const char* op, const char* device) {
   if (rc == MYOPS_OK) return;
   TORCH_CHECK(rc != MYOPS_EDTYPE, "myops.", op, ": dtype not supported by the ", device, " kernel");

@@ -152,6 +152,9 @@ inline int64_t cpu_parts(int64_t M) { return std::max<int64_t>(1, std::min<int64
 inline void* current_stream(const at::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }
+// The norms' parameter gradients from their CUDA backward kernels' per-CTA partial sums ws [K, R, N] (acc dtype,
+// K = 1 or 2): K tensors [N] of dtype, in one launch (csrc/cuda/colsum.cu). Call under the device guard.
+std::vector<at::Tensor> colsum_cuda(const at::Tensor& ws, at::ScalarType dtype, const char* op);
 #endif
 
 }  // namespace myops

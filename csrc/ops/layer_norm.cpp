@@ -88,8 +88,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
   const at::Tensor mu = mean.contiguous(), rs = rstd.contiguous();
   at::Tensor dx = at::empty(x.sizes(), x.options());
   const int64_t pn = params_grad ? xv.N : 0;
-  at::Tensor dw = at::zeros({pn}, x.options()), db = at::zeros({pn}, x.options());
-  if (xv.M == 0 || xv.N == 0) return {dx, dw, db};
+  at::Tensor dw = at::empty({pn}, x.options()), db = at::empty({pn}, x.options());
+  if (xv.M == 0 || xv.N == 0) return {dx, dw.zero_(), db.zero_()};
   const void* wp = w.defined() ? w.data_ptr() : nullptr;
   at::Tensor ws;
   if (x.is_cuda()) {
@@ -104,11 +104,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
                                     mu.data_ptr(), rs.data_ptr(), wp, xv.M, xv.N, eps, dtype,
                                     myops::current_stream(x));
     myops::check_status(rc, op, "CUDA");
-#endif
     if (params_grad) {
-      dw = ws[0].sum(0).to(x.scalar_type());
-      db = ws[1].sum(0).to(x.scalar_type());
+      const std::vector<at::Tensor> s = myops::colsum_cuda(ws, x.scalar_type(), op);
+      dw = s[0];
+      db = s[1];
     }
+#endif
     return {dx, dw, db};
   }
   const BwdCpu fn = k_bwd_cpu.get();

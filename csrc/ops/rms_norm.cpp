@@ -71,8 +71,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
   const myops::RowsView gv = myops::rows_view(grad), xv = myops::rows_view(x);
   const at::Tensor rs = rstd.contiguous();
   at::Tensor dx = at::empty(x.sizes(), x.options());
-  at::Tensor dweight = dw ? at::zeros({xv.N}, x.options()) : at::empty({0}, x.options());
-  if (xv.M == 0 || xv.N == 0) return {dx, dweight};
+  at::Tensor dweight = at::empty({dw ? xv.N : 0}, x.options());
+  if (xv.M == 0 || xv.N == 0) return {dx, dweight.zero_()};
   const void* wp = w.defined() ? w.data_ptr() : nullptr;
   at::Tensor ws;
   if (x.is_cuda()) {
@@ -86,6 +86,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
     const int rc = k_bwd_cuda.get()(myops::out_rows(dx), dw ? ws.data_ptr() : nullptr, gv.op, xv.op, rs.data_ptr(),
                                     wp, xv.M, xv.N, eps, dtype, myops::current_stream(x));
     myops::check_status(rc, op, "CUDA");
+    if (dw) dweight = myops::colsum_cuda(ws.unsqueeze(0), x.scalar_type(), op)[0];
 #endif
   } else {
     const BwdCpu fn = k_bwd_cpu.get();
@@ -95,8 +96,8 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
       return fn(myops::shifted(myops::out_rows(dx), b, es), dw ? ws.data_ptr<double>() + q * xv.N : nullptr,
                 myops::shifted(gv.op, b, es), myops::shifted(xv.op, b, es), wp, e - b, xv.N, eps, dtype);
     });
+    if (dw) dweight = ws.sum(0).to(x.scalar_type());
   }
-  if (dw) dweight = ws.sum(0).to(x.scalar_type());
   return {dx, dweight};
 }
 }  // namespace

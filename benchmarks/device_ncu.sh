@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call of Nsight Compute over row-op kernels: build, then for each PROFILES entry
+# "op:shape:dtype:kernel-regex" (op as in profile_rows.py) the last of the op's three launches of the matching kernel,
+# with the sections below; per-profile reports go to $OUT/ncu_<i>.txt, a digest of the key metrics to stdout.
+# Usage (device tool): PROFILES="layer_norm:16384,4096:bf16:rr_fwd layer_norm_backward:16384,4096:bf16:rr_bwd" \
+#   bash benchmarks/device_ncu.sh
+set -uo pipefail
+export PYTHONPATH=. MYOPS_CACHE_DIR=/tmp/myops-cache TORCH_CUDA_ARCH_LIST=9.0
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+python -m torch_ops_jit build > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+i=0
+for p in ${PROFILES}; do
+  IFS=: read -r op shape dt kre <<< "$p"
+  i=$((i + 1))
+  echo "== $i $op $shape $dt ($kre)"
+  # profile_rows.py launches one rms_norm and one layer_norm forward before the op's three launches: count only the
+  # op's by skipping every matching launch but the last
+  n=$(MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 120 ncu --print-summary none -k "regex:$kre" --metrics \
+      gpu__time_duration.sum python benchmarks/profile_rows.py "$op" 2>/dev/null | grep -c "gpu__time_duration")
+  MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu -k "regex:$kre" --launch-skip $((n - 1)) \
+    --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section InstructionStats \
+    --metrics smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_drain_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio,smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio,smsp__average_warps_issue_stalled_imc_miss_per_issue_active.ratio,smsp__average_warps_issue_stalled_tex_throttle_per_issue_active.ratio \
+    python benchmarks/profile_rows.py "$op" > "$OUT/ncu_$i.txt" 2>&1
+  grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Size|Grid Size|Cluster Size|Issue Slots Busy|No Eligible|Eligible Warps|Active Warps Per|Warp Cycles Per Issued|Executed Ipc A|Dynamic Shared|Block Limit|stalled" \
+    "$OUT/ncu_$i.txt" | head -40
+done
