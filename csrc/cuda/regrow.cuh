@@ -55,6 +55,20 @@ inline int target_tpr_bwd() {
   return v;
 }
 
+// Minimum CTAs per SM the norms' 16-bit forward kernels of 8 vectors per thread are compiled for: 2 caps them at 64
+// registers (they took 89-108, so a 512-thread CTA of a long row filled an SM alone and staged its next row). Two
+// CTAs per SM, unstaged, measured faster on long rows (H200, bf16 forward, % of copy: layer_norm N=65536 60.3 ->
+// 67.4, N=262144 55.0 -> 60.4; rms_norm N=262144 69.5 -> 73.3) at a few bytes of spills (layer_norm: 16-32, rms_norm
+// 0-24); -DMYOPS_NORM16_MINB=1 restores the compiler's choice (A/B).
+#ifndef MYOPS_NORM16_MINB
+#define MYOPS_NORM16_MINB 2
+#endif
+// (8 vectors per thread only; elsewhere 0, no minimum, as without the argument: an explicit 1 already changed the
+// compiler's choice, e.g. 32 -> 50 registers.)
+template <class T, int NS> constexpr int norm_fwd_min_ctas() {
+  return sizeof(T) == 2 && NS == 8 ? MYOPS_NORM16_MINB : 0;
+}
+
 // Threads per CTA a single-row-buffer kernel allows: 1024 caps registers at 64, which holds 8 fp32 vectors but
 // spilled 8 vectors of a 16-bit type (their conversions need more), so those stop at 512.
 template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 512; }
@@ -148,8 +162,10 @@ inline int forced_cluster() {
 // it, so that several CTAs share an SM and one's loads overlap another's reductions. H100, forward, 256 against the
 // fewest CTAs: softmax fp32 N = 65536 87.5 -> 96.6% of copy (8 x 256 threads instead of 2 x 1024), bf16 N = 262144
 // 88.9 -> 92.6, rms_norm and layer_norm fp32 N = 65536 86.6 -> 90.4 and 89.5 -> 90.4. The norms' 16-bit forwards
-// keep 512: at about 96 registers their 512-thread CTAs fill an SM alone and stage the next row, which measured
-// faster than two unstaged 256-thread CTAs (rms_norm bf16 N = 65536: 86.0 against 78.8).
+// keep 512: at about 96 registers their 512-thread CTAs filled an SM alone and staged the next row, which measured
+// faster than two unstaged 256-thread CTAs (rms_norm bf16 N = 65536: 86.0 against 78.8); capped at 64 registers
+// (MYOPS_NORM16_MINB) two such CTAs share an SM, and 512 stayed ahead of 256 on the H200 (rms_norm bf16
+// N = 262144: 73.3 against 66.7).
 inline int cluster_cta(int kernel_choice) {
   static const int v = [] {
     const char* e = std::getenv("MYOPS_ROW_CLUSTER_CTA");
