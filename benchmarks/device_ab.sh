@@ -5,14 +5,17 @@
 # alternately, ROUNDS times (bench.py arguments in BENCH_ARGS), then the working tree under each MYOPS_ setting list
 # of CONFIGS (as device_tune.sh), then Nsight Compute's instruction count and time of each NCU entry
 # ("op:shape:dtype:kernel-regex", profile_rows.py) in both trees.
-# BASE unset: the working tree alone. Usage (device tool): BASE=_base BENCH_ARGS="--ops layer_norm --no-variants" bash benchmarks/device_ab.sh
+# BASE unset: the working tree alone.
+# Usage (device tool): BASE=_base BENCH_ARGS="--ops layer_norm --no-variants" bash benchmarks/device_ab.sh
 set -uo pipefail
 export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 BASE=${BASE:-}  # unset: the working tree alone (its CONFIGS)
-[ -n "$BASE" ] && (cd "$BASE" && MYOPS_CACHE_DIR=/tmp/base-cache python -m torch_ops_jit build > "$OUT/build_base.log" 2>&1) &
-MYOPS_CACHE_DIR=/tmp/myops-cache python -m torch_ops_jit build > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+[ -n "$BASE" ] && (cd "$BASE" && MYOPS_CACHE_DIR=/tmp/base-cache python -m torch_ops_jit build \
+  > "$OUT/build_base.log" 2>&1) &
+MYOPS_CACHE_DIR=/tmp/myops-cache python -m torch_ops_jit build > "$OUT/build.log" 2>&1 \
+  || { tail -30 "$OUT/build.log"; exit 1; }
 [ -z "$BASE" ] || wait $! || { tail -30 "$OUT/build_base.log"; exit 1; }
 if [ -n "${TESTS_K:-}" ]; then
   tests=$(for o in rms_norm add_rms_norm layer_norm softmax log_softmax cross_entropy; do echo tests/test_$o.py; done)

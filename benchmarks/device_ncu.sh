@@ -9,6 +9,15 @@ export PYTHONPATH=. MYOPS_CACHE_DIR=/tmp/myops-cache TORCH_CUDA_ARCH_LIST=9.0
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 python -m torch_ops_jit build > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+# the warp stall reasons, per issued instruction
+STALLS=$(for k in long_scoreboard short_scoreboard barrier membar wait lg_throttle \
+    math_pipe_throttle mio_throttle not_selected selected drain dispatch_stall \
+    no_instruction branch_resolving sleeping imc_miss tex_throttle; do
+  printf "smsp__average_warps_issue_stalled_%s_per_issue_active.ratio," $k; done)
+STALLS=${STALLS%,}
+DIGEST="^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Occupancy"
+DIGEST="$DIGEST|Block Size|Grid Size|Cluster Size|No Eligible|Eligible Warps|Warp Cycles Per Issued|Dynamic Shared"
+DIGEST="$DIGEST|Block Limit|stalled"
 i=0
 for p in ${PROFILES}; do
   IFS=: read -r op shape dt kre <<< "$p"
@@ -21,8 +30,8 @@ for p in ${PROFILES}; do
   MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu -k "regex:$kre" --launch-skip $((n - 1)) \
     --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section InstructionStats \
-    --metrics smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_drain_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio,smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio,smsp__average_warps_issue_stalled_imc_miss_per_issue_active.ratio,smsp__average_warps_issue_stalled_tex_throttle_per_issue_active.ratio \
+    --metrics "$STALLS" \
     python benchmarks/profile_rows.py "$op" > "$OUT/ncu_$i.txt" 2>&1
-  grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Size|Grid Size|Cluster Size|Issue Slots Busy|No Eligible|Eligible Warps|Active Warps Per|Warp Cycles Per Issued|Executed Ipc A|Dynamic Shared|Block Limit|stalled" \
+  grep -E "$DIGEST" \
     "$OUT/ncu_$i.txt" | head -40
 done

@@ -234,9 +234,9 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
 // fp32 runs two CTAs per SM (64 registers; 74 without the bound: one CTA per SM, 69% -> 52% of copy at
 // N = 65536); so do 16-bit types (MYOPS_NORM16_MINB, regrow.cuh: 108 registers unbounded at 8 vectors per thread).
 template <class T, int NS, bool FULL>
-__global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>()) rr_fwd_kernel(T* y, int64_t ys, acc_t<T>* mean, acc_t<T>* rstd, const T* x,
-                                                     int64_t xs, const T* w, const T* b, int64_t M, int N,
-                                                     acc_t<T> eps, int tpr, int staged) {
+__global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
+    rr_fwd_kernel(T* y, int64_t ys, acc_t<T>* mean, acc_t<T>* rstd, const T* x, int64_t xs, const T* w, const T* b,
+                  int64_t M, int N, acc_t<T> eps, int tpr, int staged) {
   rr_fwd<T, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, staged);
 }
 template <int NS, bool FULL>

@@ -147,13 +147,14 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
 // ---- fast path (regrow.cuh): rows in registers --------------------------------------------------------------
 // FULL: no per-slot bounds checks (rr::Geo::full).
 template <class T, int NS, bool ADD, bool FULL>
-__global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>()) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
-                                                      T* __restrict__ so, int64_t sos,      // [M, N] x + res (ADD)
-                                                      acc_t<T>* __restrict__ rstd,          // [M]
-                                                      const T* __restrict__ x, int64_t xs,  // [M, N]
-                                                      const T* __restrict__ res, int64_t rs_,  // [M, N] (ADD)
-                                                      const T* __restrict__ w,              // [N] or null
-                                                      int64_t M, int N, acc_t<T> eps, int tpr, int staged) {
+__global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
+    rr_fwd_kernel(T* __restrict__ y, int64_t ys,              // [M, N]
+                  T* __restrict__ so, int64_t sos,            // [M, N] x + res (ADD)
+                  acc_t<T>* __restrict__ rstd,                // [M]
+                  const T* __restrict__ x, int64_t xs,        // [M, N]
+                  const T* __restrict__ res, int64_t rs_,     // [M, N] (ADD)
+                  const T* __restrict__ w,                    // [N] or null
+                  int64_t M, int N, acc_t<T> eps, int tpr, int staged) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
