@@ -237,6 +237,22 @@ def time_cuda_events(fn: Callable[[], object], warmup: int = 10, reps: int = 100
     return statistics.median(s.elapsed_time(e) for s, e in events) * 1e3
 
 
+def gpu_warmup(seconds: float) -> None:
+    """Keeps the GPU copying for about `seconds` before anything is timed. On a freshly started H200 the first case
+    timed ran about 8 points of copy bandwidth low (layer_norm bf16 forward 78.0 against 86.1-86.2 in every later
+    position, BENCHMARKS.md session 8), though the copy bandwidth had just been measured; the suspicion is clocks still
+    ramping, which a long enough stretch of work settles."""
+    if seconds <= 0:
+        return
+    src = torch.empty(1 << 26, device="cuda")  # 256 MB
+    dst = torch.empty_like(src)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(20):
+            dst.copy_(src)
+        torch.cuda.synchronize()
+
+
 def copy_gbps(device: torch.device, time_us) -> float:
     """Device-to-device copy bandwidth in GB/s (bytes read + bytes written): the roofline the rows are compared to."""
     n = (1 << 30) if device.type == "cuda" else (64 << 20)
@@ -373,6 +389,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True, help="time forward+backward")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as markdown to PATH")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--warmup-s", type=float, default=2.0,
+                   help="seconds of GPU work before the first timing (0: none)")
     args = p.parse_args(argv)
     args.ops = args.ops.split(",")
     args.impls = args.impls.split(",")
@@ -394,6 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("bench.py: CUDA is not available; nothing to time (use --device cpu for a smoke run).")
         return 0
     timer, time_us = make_timer(args.device)
+    if args.device.type == "cuda":
+        gpu_warmup(args.warmup_s)
     copy_bw = copy_gbps(args.device, time_us)
     rows, failures = [], []
     for case in (c for c in CASES if c.op in args.ops and (args.variants or not c.variant)
