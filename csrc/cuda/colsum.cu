@@ -5,7 +5,8 @@
 //
 // The backward kernels leave one row of per-column partial sums per CTA (R = a few hundred rows). Summing them with
 // two at::sum calls and two dtype conversions took 4 launches and about 19 us per layer_norm backward at
-// [16384, 4096] bf16 on the H100 (the sums ran at about 0.5 TB/s); this is one launch.
+// [16384, 4096] bf16 on the H100 (the sums ran at about 0.5 TB/s); this is one launch. (The sum op's column kernel,
+// sum.cu, writes its input's dtype and one strided output: it would still take a launch per k and a conversion.)
 // A CTA owns 32 columns of one k: its 8 warps take rows w, w + 8, ... (each warp load is one 128-byte line, four in
 // flight per thread), then shared memory combines the 8 partial sums in a fixed order (deterministic).
 #include "common.cuh"
