@@ -24,6 +24,7 @@
 // Rows that fail these conditions (strided columns, misaligned rows, rows longer than 16 CTAs hold) take the
 // rows.cuh engine; the host entry of each op tries this path first.
 #pragma once
+#include <climits>
 #include <cstdlib>
 #include <initializer_list>
 #include <type_traits>
@@ -39,19 +40,25 @@ using rows::Pair;
 
 constexpr int kCtaThreads = 128;  // a CTA holds several rows when one needs fewer threads than this
 
-// Threads per row the geometry aims for: 128 measured best for the forward kernels at N = 4096 (64 and 256 were
-// up to 10 points slower, H200); MYOPS_ROW_THREADS / MYOPS_ROW_THREADS_BWD override it for tuning (read once).
-inline int env_tpr(const char* name, int dflt) {
+// A tuning knob: environment variable `name` if it is an integer v with ok(v), else dflt (unset, empty, or anything
+// else, such as "abc" or "2x"). Each knob below reads it once per process (a function-local static).
+template <class Ok> int env_knob(const char* name, int dflt, Ok ok) {
   const char* e = std::getenv(name);
-  const int t = e ? std::atoi(e) : 0;
-  return t >= 32 && t <= 1024 ? t : dflt;
+  if (e == nullptr || *e == '\0') return dflt;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  return *end == '\0' && v >= INT_MIN && v <= INT_MAX && ok((int)v) ? (int)v : dflt;
 }
+
+// Threads per row the geometry aims for: 128 measured best for the forward kernels at N = 4096 (64 and 256 were
+// up to 10 points slower, H200); MYOPS_ROW_THREADS / MYOPS_ROW_THREADS_BWD override it for tuning.
+inline bool tpr_ok(int t) { return t >= 32 && t <= 1024; }
 inline int target_tpr() {
-  static const int v = env_tpr("MYOPS_ROW_THREADS", 128);
+  static const int v = env_knob("MYOPS_ROW_THREADS", 128, tpr_ok);
   return v;
 }
 inline int target_tpr_bwd() {
-  static const int v = env_tpr("MYOPS_ROW_THREADS_BWD", 128);
+  static const int v = env_knob("MYOPS_ROW_THREADS_BWD", 128, tpr_ok);
   return v;
 }
 
@@ -105,19 +112,13 @@ struct Geo {
 // MYOPS_ROW_STAGE: 0 never stage, 1 (default) stage rows split over a cluster when the kernel holds one CTA per SM
 // without staging, 2 stage every row (tuning only).
 inline int stage_mode() {
-  static const int v = [] {
-    const char* e = std::getenv("MYOPS_ROW_STAGE");
-    return e && e[0] >= '0' && e[0] <= '2' ? e[0] - '0' : 1;
-  }();
+  static const int v = env_knob("MYOPS_ROW_STAGE", 1, [](int m) { return m >= 0 && m <= 2; });
   return v;
 }
 // MYOPS_ROW_STAGE_BUFS: 1 (default) or 2 staging buffers where they fit (tuning only). Two measured no faster than
 // one on the H200 and cost occupancy where shared memory bounds it (layer_norm fp32 N = 65536: 71 -> 54% of copy).
 inline int stage_bufs() {
-  static const int v = [] {
-    const char* e = std::getenv("MYOPS_ROW_STAGE_BUFS");
-    return e && e[0] == '2' ? 2 : 1;
-  }();
+  static const int v = env_knob("MYOPS_ROW_STAGE_BUFS", 1, [](int n) { return n == 2; });
   return v;
 }
 // g with a Stage of bytes_per_thread per thread for `kernel` if the stage mode asks for one, in up to 200 KB (the
@@ -147,13 +148,9 @@ template <class K> Geo staged(Geo g, int bytes_per_thread, K kernel) {
   return g;
 }
 
-// MYOPS_ROW_CLUSTER=c (2, 4 or 8) splits every row that spans at least c warps over c CTAs (tuning only, read once).
+// MYOPS_ROW_CLUSTER=c (2, 4 or 8) splits every row that spans at least c warps over c CTAs (tuning only).
 inline int forced_cluster() {
-  static const int v = [] {
-    const char* e = std::getenv("MYOPS_ROW_CLUSTER");
-    const int c = e ? std::atoi(e) : 0;
-    return c == 2 || c == 4 || c == 8 ? c : 0;
-  }();
+  static const int v = env_knob("MYOPS_ROW_CLUSTER", 0, [](int c) { return c == 2 || c == 4 || c == 8; });
   return v;
 }
 
@@ -167,22 +164,14 @@ inline int forced_cluster() {
 // (MYOPS_NORM16_MINB) two such CTAs share an SM, and 512 stayed ahead of 256 on the H200 (rms_norm bf16
 // N = 262144: 73.3 against 66.7).
 inline int cluster_cta(int kernel_choice) {
-  static const int v = [] {
-    const char* e = std::getenv("MYOPS_ROW_CLUSTER_CTA");
-    const int t = e ? std::atoi(e) : 0;
-    return t >= 64 && t <= 1024 ? t : 0;
-  }();
+  static const int v = env_knob("MYOPS_ROW_CLUSTER_CTA", 0, [](int t) { return t >= 64 && t <= 1024; });
   return v ? v : kernel_choice;
 }
 
 // MYOPS_ROW_CLUSTER_NS (1, 2, 4, 8): vectors per thread of a forward row split over a cluster, where the kernel holds
 // more (tuning only, read once; 0: the kernel's maximum).
 inline int cluster_ns() {
-  static const int v = [] {
-    const char* e = std::getenv("MYOPS_ROW_CLUSTER_NS");
-    const int n = e ? std::atoi(e) : 0;
-    return n == 1 || n == 2 || n == 4 || n == 8 ? n : 0;
-  }();
+  static const int v = env_knob("MYOPS_ROW_CLUSTER_NS", 0, [](int n) { return n == 1 || n == 2 || n == 4 || n == 8; });
   return v;
 }
 
