@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # One device call to A/B the working tree against a baseline checkout in BASE (a directory inside the tree, e.g.
-# `git archive HEAD | tar -x -C _base`, removed afterwards): builds both, runs the row ops' CUDA tests on the working
-# tree (TESTS_K: pytest -k expression; unset: no tests), then times myops alone, baseline and working tree
-# alternately, ROUNDS times (bench.py arguments in BENCH_ARGS), then the working tree under each MYOPS_ setting list
-# of CONFIGS (as device_tune.sh), then Nsight Compute's instruction count and time of each NCU entry
-# ("op:shape:dtype:kernel-regex", profile_rows.py) in both trees.
-# BASE unset: the working tree alone.
+# `git archive HEAD | tar -x -C _base`, removed afterwards; unset: the working tree alone):
+# 1. builds both trees;
+# 2. runs the row ops' CUDA tests on the working tree (TESTS_K: a pytest -k expression, TESTS_EXTRA: more test files;
+#    unset: no tests);
+# 3. times myops alone, baseline and working tree alternately, ROUNDS times (bench.py arguments in BENCH_ARGS);
+# 4. times the working tree under each entry of CONFIGS (space-separated, each a comma-separated list of MYOPS_
+#    settings without the prefix, e.g. "ROW_STAGE=0,ROW_CLUSTER=4 NVCC_FLAGS=-DMYOPS_LN_FUSED=0"; "-", the defaults,
+#    is step 3's run);
+# 5. prints Nsight Compute's instruction count and time of each NCU entry ("op:shape:dtype:kernel-regex",
+#    profile_rows.py) in both trees.
 # Usage (device tool): BASE=_base BENCH_ARGS="--ops layer_norm --no-variants" bash benchmarks/device_ab.sh
 set -uo pipefail
 export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1
@@ -34,6 +38,7 @@ for i in $(seq ${ROUNDS:-1}); do
   bench . "new$i"
 done
 for c in ${CONFIGS:-}; do
+  [ "$c" = "-" ] && continue
   envs=(); for kv in ${c//,/ }; do envs+=("MYOPS_$kv"); done
   bench . "$c" "${envs[@]}"
 done
