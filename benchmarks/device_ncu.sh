@@ -2,6 +2,8 @@
 # One device call of Nsight Compute over row-op kernels: build, then for each PROFILES entry
 # "op:shape:dtype:kernel-regex" (op as in profile_rows.py) the last of the op's three launches of the matching kernel,
 # with the sections below; per-profile reports go to $OUT/ncu_<i>.txt, a digest of the key metrics to stdout.
+# SOURCE=1 also writes each profile's executed instructions per SASS instruction (SourceCounters) to $OUT/src_<i>.csv,
+# for benchmarks/sass_profile.py.
 # Usage (device tool): PROFILES="layer_norm:16384,4096:bf16:rr_fwd layer_norm_backward:16384,4096:bf16:rr_bwd" \
 #   bash benchmarks/device_ncu.sh
 set -uo pipefail
@@ -34,4 +36,11 @@ for p in ${PROFILES}; do
     python benchmarks/profile_rows.py "$op" > "$OUT/ncu_$i.txt" 2>&1
   grep -E "$DIGEST" \
     "$OUT/ncu_$i.txt" | head -40
+  if [ -n "${SOURCE:-}" ]; then
+    MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu -k "regex:$kre" --launch-skip $((n - 1)) \
+      --launch-count 1 --section SourceCounters -f -o /tmp/src_$i python benchmarks/profile_rows.py "$op" \
+      > "$OUT/src_$i.log" 2>&1
+    ncu -i /tmp/src_$i.ncu-rep --page source --csv --print-source sass > "$OUT/src_$i.csv" 2>> "$OUT/src_$i.log"
+    echo "source counters: $(wc -l < "$OUT/src_$i.csv") lines"; tail -3 "$OUT/src_$i.log"
+  fi
 done

@@ -167,6 +167,8 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
 #define MYOPS_LN_FUSED 1
 #endif
 template <class T> constexpr bool kFused = MYOPS_LN_FUSED && sizeof(T) == 2;
+// The register kernels take inv_n = 1/N (rounded to acc_t) from the host and multiply: a division by N compiles to
+// an IEEE division sequence of about a dozen instructions, once or twice per row (where a CTA runs one row).
 template <class T, int NS, bool FULL>
 __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // [M, N]
                                        acc_t<T>* __restrict__ mean,          // [M]
@@ -174,7 +176,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
                                        const T* __restrict__ x, int64_t xs,  // [M, N]
                                        const T* __restrict__ w,              // [N] or null
                                        const T* __restrict__ b,              // [N] or null
-                                       int64_t M, int N, acc_t<T> eps, int tpr, int staged) {
+                                       int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, int staged) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
@@ -196,7 +198,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
 #pragma unroll
       for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
     st.next(x, xs, r, l.step(), M, N, l.t, tpr, sum);
-    const A mu = red(sum, rr::Sum{}, A(0)) / A(N);
+    const A mu = red(sum, rr::Sum{}, A(0)) * inv_n;
     A sq = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
@@ -206,7 +208,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
 #pragma unroll
       for (int e = 0; e < VEC; ++e) sq += (a[e] - mu) * (a[e] - mu);
     }
-    const A rs = inv_sqrt(red(sq, rr::Sum{}, A(0)) / A(N) + eps);
+    const A rs = inv_sqrt(red(sq, rr::Sum{}, A(0)) * inv_n + eps);
     const A nmr = -mu * rs;  // kFused: xh = fma(x, rs, -mu rs)
     if (!live) continue;
     if (l.t == 0) {
@@ -236,15 +238,15 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
 template <class T, int NS, bool FULL>
 __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
     rr_fwd_kernel(T* y, int64_t ys, acc_t<T>* mean, acc_t<T>* rstd, const T* x, int64_t xs, const T* w, const T* b,
-                  int64_t M, int N, acc_t<T> eps, int tpr, int staged) {
-  rr_fwd<T, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, staged);
+                  int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, int staged) {
+  rr_fwd<T, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, inv_n, eps, tpr, staged);
 }
 template <int NS, bool FULL>
 __global__ void __launch_bounds__(512, 2) rr_fwd_kernel_f32(float* y, int64_t ys, float* mean, float* rstd,
                                                             const float* x, int64_t xs, const float* w,
-                                                            const float* b, int64_t M, int N, float eps, int tpr,
-                                                            int staged) {
-  rr_fwd<float, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, eps, tpr, staged);
+                                                            const float* b, int64_t M, int N, float inv_n,
+                                                            float eps, int tpr, int staged) {
+  rr_fwd<float, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, inv_n, eps, tpr, staged);
 }
 template <class T, int NS, bool FULL> constexpr auto rr_fwd_kernel_for() {
   if constexpr (sizeof(T) == 4) return rr_fwd_kernel_f32<NS, FULL>;
@@ -252,7 +254,11 @@ template <class T, int NS, bool FULL> constexpr auto rr_fwd_kernel_for() {
 }
 
 // ws: [2][owners][N] dw, db partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
-template <class T, int NS>
+// AFF: w and ws are both present (a training step's affine layer_norm), so that no per-element select on them is
+// left for the compiler to predicate: with them tested at run time it merged the two cases and shared g * xh between
+// dw and sum(g w xh), which kept both from fusing into FFMAs (bf16: about 14 instructions per element in the first
+// pass instead of 10).
+template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                      acc_t<T>* __restrict__ ws,            // [2, owners, N]
                                                      const T* __restrict__ dy, int64_t dys,  // [M, N]
@@ -260,15 +266,16 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
                                                      const acc_t<T>* __restrict__ mean,      // [M]
                                                      const acc_t<T>* __restrict__ rstd,      // [M]
                                                      const T* __restrict__ w,                // [N] or null
-                                                     int64_t M, int N, int tpr) {
+                                                     int64_t M, int N, acc_t<T> inv_n, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
+  const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr;
   rr::Regs<T, NS> wr;  // the weight, loaded once: a thread's columns are the same on every row
-  if (w) wr.load(w, N, l.t, tpr, zero);
+  if (hw) wr.load(w, N, l.t, tpr, zero);
   A dw[NS][VEC], db[NS][VEC];
 #pragma unroll
   for (int s = 0; s < NS; ++s)
@@ -282,6 +289,7 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
   A mu_n = r_first < M ? mean[r_first] : A(0), rs_n = r_first < M ? rstd[r_first] : A(0);
   g.load_row(dy, dys, l.first() + l.slot, M, N, l.t, tpr, zero);
   v.load_row(x, xs, l.first() + l.slot, M, N, l.t, tpr, zero);
+  // (Loading the next row only where it exists, without the fill, kept gn and vn live across iterations: spills.)
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
@@ -298,18 +306,18 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gv = g.at(s, e), xh = (v.at(s, e) - mu) * rs;
-        if (ws) {
+        if (hws) {
           dw[s][e] += gv * xh;
           db[s][e] += gv;
         }
-        const A gw = w ? mul_rn(gv, wr.at(s, e)) : gv;
+        const A gw = hw ? mul_rn(gv, wr.at(s, e)) : gv;
         sg += gw;
         sgx += gw * xh;
       }
     }
     const Pair<A> tot = red(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});
     if (live) {
-      const A mg = tot.a / A(N), mgx = tot.b / A(N), c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
+      const A mg = tot.a * inv_n, mgx = tot.b * inv_n, c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
 #pragma unroll
       for (int s = 0; s < NS; ++s) {
         const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
@@ -317,10 +325,10 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
         A gv[VEC], xv[VEC], wv[VEC];
         g.fresh(s, gv);
         v.fresh(s, xv);
-        if (w) wr.fresh(s, wv);
+        if (hw) wr.fresh(s, wv);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const A gw = w ? mul_rn(gv[e], wv[e]) : gv[e];
+          const A gw = hw ? mul_rn(gv[e], wv[e]) : gv[e];
           gv[e] = kFused<T> ? fmaf(rs, gw, fmaf(xv[e], -c2, c0)) : rs * (gw - mg - (xv[e] - mu) * rs * mgx);
         }
         rr::store(dx + r * dxs, c, gv);
@@ -329,7 +337,7 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
     g = gn;
     v = vn;
   }
-  if (!ws) return;
+  if (!hws) return;
   const int64_t owners = l.owners(), o = l.owner();
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
@@ -355,7 +363,7 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
                                                           const acc_t<T>* __restrict__ mean,      // [M]
                                                           const acc_t<T>* __restrict__ rstd,      // [M]
                                                           const T* __restrict__ w,                // [N] or null
-                                                          int64_t M, int N, int tpr) {
+                                                          int64_t M, int N, acc_t<T> inv_n, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
@@ -390,7 +398,7 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
       }
     }
     const Pair<A> tot = red(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});
-    const A mg = tot.a / A(N), mgx = tot.b / A(N), c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
+    const A mg = tot.a * inv_n, mgx = tot.b * inv_n, c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
@@ -444,10 +452,15 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
   g.smem = rr::ColSums<T, kLongNs<T>, 2>::bytes_per_thread() * g.threads;
   return g;
 }
-template <class T> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool params) {
-  if (!params) return rr::cover_grid(g, M);
+// The register backward's kernel for g.ns vectors per thread, with a weight (w) and parameter gradients (ws); its
+// grid (below) and the launch must agree.
+template <class T, int NS> auto rr_bwd_kernel_for(bool w, bool ws) {
+  return w && ws ? rr_bwd_kernel<T, NS, true> : rr_bwd_kernel<T, NS, false>;
+}
+template <class T> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool w, bool ws) {
+  if (!ws) return rr::cover_grid(g, M);
   return rr::with_ns<kBwdLaunchNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {
-    return rr::resident_grid(g, rr_bwd_kernel<T, decltype(ns)::value>, M);
+    return rr::resident_grid(g, rr_bwd_kernel_for<T, decltype(ns)::value>(w, ws), M);
   });
 }
 
@@ -474,7 +487,8 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
         return rr::launch(g, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr),
                           y.row_stride, static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd),
                           static_cast<const T*>(x.ptr), x.row_stride, static_cast<const T*>(w),
-                          static_cast<const T*>(b), M, (int)N, (acc_t<T>)eps, g.tpr, g.nbuf);
+                          static_cast<const T*>(b), M, (int)N, (acc_t<T>)(1.0 / N), (acc_t<T>)eps, g.tpr,
+                          g.nbuf);
       });
     }
     Plan p = fwd_plan(M, N, dtype);
@@ -501,7 +515,7 @@ extern "C" int64_t myops_layer_norm_backward_ws_cuda(myops_operand dy, myops_ope
     const rr::Geo g = rr_bwd_geo<T>(N);
     const bool ok = rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T));
     if (g.ns && ok) {
-      const int64_t grid = rr_bwd_grid<T>(g, M, true);
+      const int64_t grid = rr_bwd_grid<T>(g, M, w != nullptr, true);
       rows_ = rr::owners(g, grid);
       return (int)MYOPS_OK;
     }
@@ -539,20 +553,22 @@ extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, my
         return rr::launch(gl, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr), dx.row_stride,
                           static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
                           static_cast<const T*>(x.ptr), x.row_stride, static_cast<const acc_t<T>*>(mean),
-                          static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N, gl.tpr);
+                          static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N, (acc_t<T>)(1.0 / N),
+                          gl.tpr);
       }
     }
     if (g.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
       // the workspace was sized for this path: dx must qualify too (the C++ layer allocates it contiguous)
       if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;
-      const int64_t grid = rr_bwd_grid<T>(g, M, ws != nullptr);
+      const int64_t grid = rr_bwd_grid<T>(g, M, w != nullptr, ws != nullptr);
       if (grid < 0) return (int)MYOPS_EARG;
       return rr::with_ns<kBwdLaunchNs<T>>(g.ns, [&](auto ns) -> int {
-        return rr::launch(g, grid, rr_bwd_kernel<T, decltype(ns)::value>, static_cast<cudaStream_t>(stream),
+        return rr::launch(g, grid, rr_bwd_kernel_for<T, decltype(ns)::value>(w != nullptr, ws != nullptr),
+                          static_cast<cudaStream_t>(stream),
                           static_cast<T*>(dx.ptr), dx.row_stride, static_cast<acc_t<T>*>(ws),
                           static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(x.ptr), x.row_stride,
                           static_cast<const acc_t<T>*>(mean), static_cast<const acc_t<T>*>(rstd),
-                          static_cast<const T*>(w), M, (int)N, g.tpr);
+                          static_cast<const T*>(w), M, (int)N, (acc_t<T>)(1.0 / N), g.tpr);
       });
     }
     Plan p = bwd_plan(M, N, dtype, ws != nullptr);

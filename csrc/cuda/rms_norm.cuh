@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
                   const T* __restrict__ x, int64_t xs,        // [M, N]
                   const T* __restrict__ res, int64_t rs_,     // [M, N] (ADD)
                   const T* __restrict__ w,                    // [N] or null
-                  int64_t M, int N, acc_t<T> eps, int tpr, int staged) {
+                  int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, int staged) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
 #pragma unroll
       for (int e = 0; e < VEC; ++e) ss += v.at(s, e) * v.at(s, e);
     st.next(x, xs, r, l.step(), M, N, l.t, tpr, ss);
-    const A rs = inv_sqrt(red(ss, rr::Sum{}, A(0)) / A(N) + eps);
+    const A rs = inv_sqrt(red(ss, rr::Sum{}, A(0)) * inv_n + eps);
     if (!live) continue;
     if (l.t == 0 && rstd != nullptr) rstd[r] = rs;
     // fp32: straight-line code, the stores predicated rather than a branch per slot (H200 [16384, 4096]: 92.4 ->
@@ -211,7 +211,9 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
 }
 
 // ws: [owners, N] dw partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
-template <class T, int NS, bool ADD>
+// AFF: w and ws are both present (the weight's gradient is wanted), tested at compile time for the reason
+// layer_norm.cu's rr_bwd_kernel gives (the run-time tests kept g * x * rs and the dot product from fusing).
+template <class T, int NS, bool ADD, bool AFF>
 __global__ void __launch_bounds__(rr::bwd_max_threads<T>())
 rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                      acc_t<T>* __restrict__ ws,                // [owners, N]
@@ -220,15 +222,16 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                      const T* __restrict__ dso, int64_t dsos,  // [M, N] (ADD)
                                                      const acc_t<T>* __restrict__ rstd,        // [M]
                                                      const T* __restrict__ w,                  // [N] or null
-                                                     int64_t M, int N, int tpr) {
+                                                     int64_t M, int N, acc_t<T> inv_n, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
+  const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr;
   rr::Regs<T, NS> wr;  // the weight, loaded once: a thread's columns are the same on every row
-  if (w) wr.load(w, N, l.t, tpr, zero);
+  if (hw) wr.load(w, N, l.t, tpr, zero);
   A dw[NS][VEC];
 #pragma unroll
   for (int s = 0; s < NS; ++s)
@@ -254,10 +257,10 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gv = g.at(s, e), xv = v.at(s, e);
-        if (ws) dw[s][e] += gv * xv * rs;
-        dot += (w ? mul_rn(gv, wr.at(s, e)) : gv) * xv;
+        if (hws) dw[s][e] += gv * xv * rs;
+        dot += (hw ? mul_rn(gv, wr.at(s, e)) : gv) * xv;
       }
-    const A k = red(dot, rr::Sum{}, A(0)) / A(N) * rs * rs;
+    const A k = red(dot, rr::Sum{}, A(0)) * inv_n * rs * rs;
     if (live) {
 #pragma unroll
       for (int s = 0; s < NS; ++s) {
@@ -266,9 +269,9 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
         A d[VEC], gv[VEC], xv[VEC], wv[VEC];
         g.fresh(s, gv);
         v.fresh(s, xv);
-        if (w) wr.fresh(s, wv);
+        if (hw) wr.fresh(s, wv);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) d[e] = rs * ((w ? mul_rn(gv[e], wv[e]) : gv[e]) - xv[e] * k);
+        for (int e = 0; e < VEC; ++e) d[e] = rs * ((hw ? mul_rn(gv[e], wv[e]) : gv[e]) - xv[e] * k);
         if (ADD && dso != nullptr) {
           A u[VEC];
           rr::load_param(dso + r * dsos, c, u);
@@ -281,7 +284,7 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
     g = gn;
     v = vn;
   }
-  if (!ws) return;
+  if (!hws) return;
   A* out = ws + l.owner() * N;
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
@@ -305,7 +308,7 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
                                                           const T* __restrict__ dso, int64_t dsos,  // [M, N] (ADD)
                                                           const acc_t<T>* __restrict__ rstd,      // [M]
                                                           const T* __restrict__ w,                // [N] or null
-                                                          int64_t M, int N, int tpr) {
+                                                          int64_t M, int N, acc_t<T> inv_n, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
@@ -341,7 +344,7 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
         dot += (w ? mul_rn(gv, wv[e]) : gv) * xv;
       }
     }
-    const A k = red(dot, rr::Sum{}, A(0)) / A(N) * rs * rs;
+    const A k = red(dot, rr::Sum{}, A(0)) * inv_n * rs * rs;
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
@@ -390,10 +393,11 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
   return g;
 }
 // The backward fast path's grid with a dw workspace (-1: none fits).
+// (with dw: the AFF kernel, a weight being present)
 template <class T, bool ADD> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool dw) {
   if (!dw) return rr::cover_grid(g, M);
   return rr::with_ns<kBwdNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {
-    return rr::resident_grid(g, rr_bwd_kernel<T, decltype(ns)::value, ADD>, M);
+    return rr::resident_grid(g, rr_bwd_kernel<T, decltype(ns)::value, ADD, true>, M);
   });
 }
 
@@ -424,7 +428,7 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<T*>(s_out.ptr), s_out.row_stride,
                           static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr), x.row_stride,
                           static_cast<const T*>(res.ptr), res.row_stride, static_cast<const T*>(w), M, (int)N,
-                          (acc_t<T>)eps, g.tpr, g.nbuf);
+                          (acc_t<T>)(1.0 / N), (acc_t<T>)eps, g.tpr, g.nbuf);
       });
     }
     Plan p = fwd_plan(M, N, dtype, ADD);
@@ -492,21 +496,24 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
                           static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
                           static_cast<const T*>(s.ptr), s.row_stride, static_cast<const T*>(ds_out.ptr),
                           ds_out.row_stride, static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N,
-                          gl.tpr);
+                          (acc_t<T>)(1.0 / N), gl.tpr);
       }
     }
     if (g.ns && rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
       // the workspace was sized for this path: dx must qualify too (the C++ layer allocates it contiguous)
       if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;
+      if (ws != nullptr && w == nullptr) return (int)MYOPS_EARG;  // dw without a weight: never asked for
       const int64_t grid = rr_bwd_grid<T, ADD>(g, M, ws != nullptr);
       if (grid < 0) return (int)MYOPS_EARG;
       return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
-        return rr::launch(g, grid, rr_bwd_kernel<T, NS, ADD>, static_cast<cudaStream_t>(stream),
+        const auto kernel = ws != nullptr ? rr_bwd_kernel<T, NS, ADD, true> : rr_bwd_kernel<T, NS, ADD, false>;
+        return rr::launch(g, grid, kernel, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(dx.ptr), dx.row_stride, static_cast<acc_t<T>*>(ws),
                           static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(s.ptr), s.row_stride,
                           static_cast<const T*>(ds_out.ptr), ds_out.row_stride,
-                          static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N, g.tpr);
+                          static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N,
+                          (acc_t<T>)(1.0 / N), g.tpr);
       });
     }
     Plan p = bwd_plan(M, N, dtype, ws != nullptr);
