@@ -238,26 +238,30 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
 #pragma unroll
     for (int e = 0; e < VEC; ++e) dw[s][e] = A(0);
   // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
-  // sums leave room for, a row's load latency would otherwise stall the SM.
+  // sums leave room for, a row's load latency would otherwise stall the SM. rstd is prefetched like the rows; a row
+  // past M reads row M - 1 and adds nothing to dw (layer_norm.cu's rr_bwd_kernel says why).
+  const auto in_range = [M](int64_t r) { return r < M ? r : M - 1; };
   rr::Regs<T, NS> g, v;
-  A rs_n = l.first() + l.slot < M ? rstd[l.first() + l.slot] : A(0);  // prefetched like the rows
-  g.load_row(dy, dys, l.first() + l.slot, M, N, l.t, tpr, zero);
-  v.load_row(sx, sxs, l.first() + l.slot, M, N, l.t, tpr, zero);
+  int64_t rc = in_range(l.first() + l.slot);
+  A rs_n = rstd[rc];
+  g.template load<false>(dy + rc * dys, N, l.t, tpr, zero);
+  v.template load<false>(sx + rc * sxs, N, l.t, tpr, zero);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
+    rc = in_range(r + l.step());
     rr::Regs<T, NS> gn, vn;
-    gn.load_row(dy, dys, r + l.step(), M, N, l.t, tpr, zero);
-    vn.load_row(sx, sxs, r + l.step(), M, N, l.t, tpr, zero);
+    gn.template load<false>(dy + rc * dys, N, l.t, tpr, zero);
+    vn.template load<false>(sx + rc * sxs, N, l.t, tpr, zero);
     const A rs = rs_n;
-    rs_n = r + l.step() < M ? rstd[r + l.step()] : A(0);
+    rs_n = rstd[rc];
     A dot = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gv = g.at(s, e), xv = v.at(s, e);
-        if (hws) dw[s][e] += gv * xv * rs;
+        if (hws && live) dw[s][e] += gv * xv * rs;
         dot += (hw ? mul_rn(gv, wr.at(s, e)) : gv) * xv;
       }
     const A k = red(dot, rr::Sum{}, A(0)) * inv_n * rs * rs;
