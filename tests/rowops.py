@@ -15,8 +15,8 @@ ROW_SHAPES = [(5, 1), (3, 7), (4, 64), (2, 769), (3, 5125), (2, 65536), (2, 6553
 CLUSTER_SHAPES = [(3, 65536), (9, 262144), (300, 24576)]
 # Contiguous rows for each arrangement of a CTA's row groups on the register path's forward (rr::Lane): N = 256 takes
 # 32 threads per row in bf16 (four rows per CTA) and 64 in fp32 (two rows per CTA), N = 512 64 in bf16 (two rows) and
-# 128 in fp32, N = 768 96 in both (one CTA of a row whose thread count is not a power of 2). Run beside CLUSTER_SHAPES
-# by the row ops' CUDA tests.
+# 128 in fp32, N = 768 96 in both (192 in the fp32 layer_norm, which aims for 256 threads per row; either way one CTA
+# of a row whose thread count is not a power of 2). Run beside CLUSTER_SHAPES by the row ops' CUDA tests.
 LANE_SHAPES = [(5, 256), (9, 512), (7, 768)]
 
 
