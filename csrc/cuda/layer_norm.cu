@@ -401,7 +401,7 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
         sgx += gw * xh;
       }
     }
-    const Pair<A> tot = red(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});
+    const Pair<A> tot = red.generic(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});  // (always a cluster)
     const A mg = tot.a * inv_n, mgx = tot.b * inv_n, c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
 #pragma unroll
     for (int s = 0; s < NS; ++s) {

@@ -679,6 +679,35 @@ struct RowReduce {
   }
 #endif
   template <class V, class Op> __device__ __forceinline__ V operator()(V v, Op op, V identity) {
+    return generic(v, op, identity);
+  }
+  // Pair sums (layer_norm's backward) inside a CTA: the two components share each shuffle. The first step sends each
+  // lane's partner the component the partner keeps (lanes 0-15 keep .a, 16-31 .b), so a warp reduces one value per
+  // lane: 5 shuffles and adds instead of 10. Each warp's two totals go to shared slots; the row's first warp reads
+  // the .a totals into lanes 0-15 and the .b totals into 16-31, and lanes 0 and 16 broadcast them.
+  template <class A> __device__ __forceinline__ Pair<A> operator()(Pair<A> v, Sum op, Pair<A> identity) {
+    if (tpr < 32 || tpr > (int)blockDim.x) return generic(v, op, identity);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int hi = lane >> 4;
+    A x = (hi ? v.b : v.a) + shfl_xor(hi ? v.a : v.b, 16);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) x += shfl_xor(x, o);
+    if (tpr > 32) {
+      A* red = reinterpret_cast<A*>(buf + (round & 1) * kRedSetBytes);
+      ++round;
+      const int nw = tpr >> 5;
+      if ((lane & 15) == 0) red[2 * warp + hi] = x;
+      __syncthreads();
+      const int first = tpr == (int)blockDim.x ? 0 : warp & ~(nw - 1);
+      const int k = lane & 15;  // (nw <= 32: at most two slots per lane)
+      x = k < nw ? red[2 * (first + k) + hi] : A(0);
+      if (nw > 16) x += k + 16 < nw ? red[2 * (first + k + 16) + hi] : A(0);
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) x += shfl_xor(x, o);
+    }
+    return {__shfl_sync(0xffffffffu, x, 0), __shfl_sync(0xffffffffu, x, 16)};
+  }
+  template <class V, class Op> __device__ __forceinline__ V generic(V v, Op op, V identity) {
     if (tpr < 32) {
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1)
