@@ -283,20 +283,18 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
     for (int e = 0; e < VEC; ++e) dw[s][e] = db[s][e] = A(0);
   // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
   // sums leave room for, a row's load latency would otherwise stall the SM. The row statistics are prefetched with
-  // the rows (a load per row on the critical path stalled every iteration). A row past M (the prefetch after a row
-  // group's last row, a spare row slot) reads row M - 1 instead, and only live rows enter dw and db: unconditional
-  // loads instead of a branch and a register fill per operand and row. (Loading only rows that exist, without a
-  // fill, kept gn and vn live across iterations: spills.)
-  const auto in_range = [M](int64_t r) { return r < M ? r : M - 1; };
+  // the rows (a load per row on the critical path stalled every iteration). A row past M reads row M - 1
+  // (rr::row_or_last) and only live rows enter dw and db. (Loading only rows that exist, without a fill, kept gn and
+  // vn live across iterations: spills.)
   rr::Regs<T, NS> g, v;
-  int64_t rc = in_range(l.first() + l.slot);
+  int64_t rc = rr::row_or_last(l.first() + l.slot, M);
   A mu_n = mean[rc], rs_n = rstd[rc];
   g.template load<false>(dy + rc * dys, N, l.t, tpr, zero);
   v.template load<false>(x + rc * xs, N, l.t, tpr, zero);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
-    rc = in_range(r + l.step());
+    rc = rr::row_or_last(r + l.step(), M);
     rr::Regs<T, NS> gn, vn;
     gn.template load<false>(dy + rc * dys, N, l.t, tpr, zero);
     vn.template load<false>(x + rc * xs, N, l.t, tpr, zero);

@@ -332,6 +332,11 @@ struct Lane {
   __device__ int64_t owners() const { return (int64_t)groups * rows; }
 };
 
+// The row a prefetch reads for row r: r itself, or the last row M - 1 for a row past M (the prefetch after a row
+// group's last row, a spare row slot). The backward kernels load it unconditionally and keep rows past M out of
+// their per-column sums: no branch and no register fill per operand and row.
+__device__ __forceinline__ int64_t row_or_last(int64_t r, int64_t M) { return r < M ? r : M - 1; }
+
 // An element of a 16-byte vector held as four 32-bit words: fp32 is a word, a 16-bit type a half word. Bit
 // operations instead of element arrays keep a vector in 4 registers (arrays of 16-bit elements were given one
 // register per element, doubling the footprint and spilling).

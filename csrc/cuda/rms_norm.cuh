@@ -239,17 +239,16 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
     for (int e = 0; e < VEC; ++e) dw[s][e] = A(0);
   // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
   // sums leave room for, a row's load latency would otherwise stall the SM. rstd is prefetched like the rows; a row
-  // past M reads row M - 1 and adds nothing to dw (layer_norm.cu's rr_bwd_kernel says why).
-  const auto in_range = [M](int64_t r) { return r < M ? r : M - 1; };
+  // past M reads row M - 1 (rr::row_or_last) and adds nothing to dw.
   rr::Regs<T, NS> g, v;
-  int64_t rc = in_range(l.first() + l.slot);
+  int64_t rc = rr::row_or_last(l.first() + l.slot, M);
   A rs_n = rstd[rc];
   g.template load<false>(dy + rc * dys, N, l.t, tpr, zero);
   v.template load<false>(sx + rc * sxs, N, l.t, tpr, zero);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
-    rc = in_range(r + l.step());
+    rc = rr::row_or_last(r + l.step(), M);
     rr::Regs<T, NS> gn, vn;
     gn.template load<false>(dy + rc * dys, N, l.t, tpr, zero);
     vn.template load<false>(sx + rc * sxs, N, l.t, tpr, zero);
