@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, LANE_SHAPES, ROW_SHAPES, SHORT_ROWS, param, run_case
+from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, SHORT_ROWS, param, run_case
 
 OP = torch.ops.myops.add_rms_norm.default
 
@@ -73,6 +73,15 @@ def test_cluster_rows(dtype, shape):
     r = make_tensor(shape, dtype, "cuda", seed=2)
     w = make_tensor(shape[-1:], dtype, "cuda", seed=1)
     run_case(ops.add_rms_norm, eager, reference(dtype), [x, r, w])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("has_w", [True, False])
+def test_long_rows_params(dtype, has_w):
+    x, r = (make_tensor(LONG_PARTIAL, dtype, "cuda", seed=k) for k in (7, 8))
+    w = param(LONG_PARTIAL, dtype, "cuda", has_w, 1)
+    run_case(ops.add_rms_norm, eager, reference(dtype), [x, r] if w is None else [x, r, w])
 
 
 @pytest.mark.parametrize("device", DEVICES)

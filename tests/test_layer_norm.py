@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, LANE_SHAPES, ROW_SHAPES, SHORT_ROWS, param, run_case
+from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, SHORT_ROWS, param, run_case
 
 OP = torch.ops.myops.layer_norm.default
 
@@ -89,6 +89,18 @@ def test_cluster_rows(dtype, shape):
     w = make_tensor(shape[-1:], dtype, "cuda", seed=1)
     b = make_tensor(shape[-1:], dtype, "cuda", seed=2)
     run_case(ops.layer_norm, eager, None, [x, w, b], scale_fn=scale)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("has_w,has_b", [(True, True), (False, True), (True, False), (False, False)])
+def test_long_rows_params(dtype, has_w, has_b):
+    x = make_tensor(LONG_PARTIAL, dtype, "cuda", seed=7) + 3
+    params = [p for p in (param(LONG_PARTIAL, dtype, "cuda", has_w, 1), param(LONG_PARTIAL, dtype, "cuda", has_b, 2))
+              if p is not None]
+    wrap = call(has_w, has_b)
+    run_case(wrap(ops.layer_norm), wrap(eager), None, [x] + params,
+             scale_fn=lambda *t: scale(*t, has_w=has_w, has_b=has_b))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, LANE_SHAPES, ROW_SHAPES, SHORT_ROWS, param, run_case
+from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, SHORT_ROWS, param, run_case
 
 OP = torch.ops.myops.rms_norm.default
 
@@ -65,6 +65,15 @@ def test_cluster_rows(dtype, shape):
     x = make_tensor(shape, dtype, "cuda", seed=shape[-1])
     w = make_tensor(shape[-1:], dtype, "cuda", seed=1)
     run_case(ops.rms_norm, eager, ref, [x, w])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("has_w", [True, False])
+def test_long_rows_params(dtype, has_w):
+    x = make_tensor(LONG_PARTIAL, dtype, "cuda", seed=7)
+    w = param(LONG_PARTIAL, dtype, "cuda", has_w, 1)
+    run_case(ops.rms_norm, eager, ref, [x] if w is None else [x, w])
 
 
 @pytest.mark.parametrize("device", DEVICES)

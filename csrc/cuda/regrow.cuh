@@ -62,6 +62,16 @@ inline int target_tpr_bwd() {
   static const int v = env_knob("MYOPS_ROW_THREADS_BWD", 128, tpr_ok);
   return v;
 }
+// The norms' backward takes its long-row kernel (per-column sums in shared memory, 4 16-bit vectors per thread and
+// the next row prefetched) for rows the register kernel cannot hold, and for 16-bit rows of 65536 elements or more,
+// where the register kernel's one vector per thread left its per-row work (a cluster reduction per row of 8 elements
+// per thread) the limit (H200, bf16 [1024, 65536] forward+backward, % of copy: rms_norm 65.8 -> 74.9, layer_norm
+// 57.6 -> 60.5; fp32, whose register kernel holds two vectors per thread, lost 8-10 points). MYOPS_ROW_LONG_BWD=n
+// moves that bound to n elements for every type (tuning).
+inline bool long_bwd(bool regs_hold, int64_t N, int elem) {
+  static const int from = env_knob("MYOPS_ROW_LONG_BWD", 0, [](int v) { return v > 0; });
+  return !regs_hold || (from > 0 ? N >= from : elem == 2 && N >= 65536);
+}
 
 // Minimum CTAs per SM the norms' 16-bit forward kernels of 8 vectors per thread are compiled for: 2 caps them at 64
 // registers (they took 89-108, so a 512-thread CTA of a long row filled an SM alone and staged its next row). Two
@@ -430,6 +440,38 @@ template <class T, int NS> struct Regs {
   }
 };
 
+// dy and x of the rows a long-row backward kernel takes (r = first, first + step, ... < M, one per cluster). With PF
+// the next row's are loaded into gn and vn before the current row's passes (a row past M reads row M - 1,
+// row_or_last), so that HBM stays busy through them; without, each row is loaded when its turn comes.
+template <class T, int NS, bool PF> struct BwdRows {
+  Regs<T, NS> g, v;    // the current row's dy and x
+  Regs<T, NS> gn, vn;  // (PF) the next row's
+  const T* __restrict__ dy;
+  const T* __restrict__ x;
+  int64_t dys, xs;
+  // Before the row loop: PF loads row `first` (or M - 1).
+  __device__ __forceinline__ BwdRows(const T* dy_, int64_t dys_, const T* x_, int64_t xs_, int64_t first, int N, int t,
+                                     int tpr, T zero)
+      : dy(dy_), x(x_), dys(dys_), xs(xs_) {
+    if constexpr (PF) load(g, v, first, N, t, tpr, zero);
+  }
+  __device__ __forceinline__ void load(Regs<T, NS>& a, Regs<T, NS>& b, int64_t r, int N, int t, int tpr, T zero) {
+    a.load(dy + r * dys, N, t, tpr, zero);
+    b.load(x + r * xs, N, t, tpr, zero);
+  }
+  // At the top of row r's iteration (next: the row after it, or M - 1): g and v hold row r once it returns.
+  __device__ __forceinline__ void begin(int64_t r, int64_t next, int N, int t, int tpr, T zero) {
+    if constexpr (PF) load(gn, vn, next, N, t, tpr, zero);
+    else load(g, v, r, N, t, tpr, zero);
+  }
+  __device__ __forceinline__ void end() {
+    if constexpr (PF) {
+      g = gn;
+      v = vn;
+    }
+  }
+};
+
 // A thread's slots of its row group's next rows, copied into shared memory with cp.async (16 bytes each, no
 // registers) while the current row is reduced and written: a persistent CTA (grid = what fits on the chip) keeps
 // HBM busy through its reductions, which for rows split over a cluster include cluster barriers. With two buffers
@@ -499,32 +541,56 @@ template <class T, int NS> struct Stage {
 };
 
 // K per-column sums over rows (weight and bias gradients) of a thread's NS slots, in shared memory for kernels whose
-// registers cannot also hold them: sum k of element e of slot s is at [(k * NS + s) * VEC + e][blockDim] (a thread
-// touches only its own entries: no barrier). The launch gives bytes_per_thread() * blockDim of dynamic shared memory.
-template <class T, int NS, int K> struct ColSums {
-  static constexpr int VEC = 16 / sizeof(T);
+// registers cannot also hold them. A slot's K x VEC sums are K * VEC / 4 16-byte entries, each [NS][K * VEC / 4][CTA]
+// (a warp's 16-byte accesses are contiguous: no bank conflicts; a thread touches only its own entries: no barrier),
+// holding the sums element-major (e * K + k): a kernel reads a slot's sums with 16-byte loads, adds a row, and writes
+// them back (with one 4-byte access per sum, the two sums of layer_norm's backward took 4 shared-memory instructions
+// per element). CTA is the kernel's thread bound, not blockDim, so that the offsets are immediates. The launch gives
+// bytes() of dynamic shared memory.
+template <class T, int NS, int K, int CTA> struct ColSums {
+  static constexpr int VEC = 16 / sizeof(T), Q = K * VEC / 4;
   using A = acc_t<T>;
-  A* buf;
-  __device__ explicit ColSums(unsigned char* smem) : buf(reinterpret_cast<A*>(smem)) {}
-  static constexpr int bytes_per_thread() { return K * NS * VEC * (int)sizeof(A); }
-  __device__ __forceinline__ A& at(int k, int s, int e) const {
-    return buf[((k * NS + s) * VEC + e) * blockDim.x + threadIdx.x];
-  }
+  static_assert(sizeof(A) == 4, "ColSums holds fp32 sums");
+  float4* buf;  // this thread's first entry
+  __device__ explicit ColSums(unsigned char* smem) : buf(reinterpret_cast<float4*>(smem) + threadIdx.x) {}
+  static constexpr int bytes() { return NS * Q * 16 * CTA; }
   __device__ __forceinline__ void zero() const {
 #pragma unroll
-    for (int i = 0; i < K * NS * VEC; ++i) buf[i * blockDim.x + threadIdx.x] = A(0);
+    for (int i = 0; i < NS * Q; ++i) buf[i * CTA] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  // Writes sum k of this thread's columns to row `owner` of the workspace ws [K][owners][N].
+  __device__ __forceinline__ void load(int s, A (&a)[K][VEC]) const {
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const float4 v = buf[(s * Q + q) * CTA];
+      const float f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[(4 * q + i) % K][(4 * q + i) / K] = f[i];
+    }
+  }
+  __device__ __forceinline__ void store(int s, const A (&a)[K][VEC]) const {
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      float f[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) f[i] = a[(4 * q + i) % K][(4 * q + i) / K];
+      buf[(s * Q + q) * CTA] = make_float4(f[0], f[1], f[2], f[3]);
+    }
+  }
+  // Writes sum k of this thread's columns to row `owner` of the workspace ws [K][owners][N] (16-byte stores).
   __device__ __forceinline__ void flush(A* __restrict__ ws, int64_t owners, int64_t owner, int N, int t,
                                         int tpr) const {
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = Regs<T, NS>::col(s, t, tpr);
       if (c >= N) break;
+      A a[K][VEC];
+      load(s, a);
 #pragma unroll
       for (int k = 0; k < K; ++k)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) ws[(k * owners + owner) * N + c + e] = at(k, s, e);
+        for (int e = 0; e < VEC; e += 4)
+          *reinterpret_cast<float4*>(ws + (k * owners + owner) * N + c + e) =
+              make_float4(a[k][e], a[k][e + 1], a[k][e + 2], a[k][e + 3]);
     }
   }
 };

@@ -298,54 +298,58 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
   }
 }
 
-// Rows too long for rr_bwd_kernel's registers (its per-column dw sums and the next row's prefetch): 4 (16-bit) or 8
-// (fp32) vectors per thread in 512-thread CTAs of a 16-CTA cluster hold dy, x and the weight (262144 elements); the
-// dw sums of a thread's columns live in its own shared-memory slots (no barrier: each thread touches only its own),
-// and the next row is not prefetched. dws (rr::ColSums): 64 KB per CTA. fp32 reads the weight from L2
-// on each pass instead of holding it (8 vectors of it spilled at 128 registers).
-template <class T, int NS, bool ADD>
-__global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
-                                                          acc_t<T>* __restrict__ ws,             // [owners, N]
-                                                          const T* __restrict__ dy, int64_t dys,  // [M, N]
-                                                          const T* __restrict__ sx, int64_t sxs,  // [M, N]
-                                                          const T* __restrict__ dso, int64_t dsos,  // [M, N] (ADD)
-                                                          const acc_t<T>* __restrict__ rstd,      // [M]
-                                                          const T* __restrict__ w,                // [N] or null
-                                                          int64_t M, int N, acc_t<T> inv_n, int tpr) {
+// Rows too long for rr_bwd_kernel's registers (its per-column dw sums and the next row's prefetch): kLongNs vectors
+// per thread (4 16-bit, 8 fp32) in CTAs of up to kLongCta threads of a cluster of up to 16 hold dy and x of a row
+// (262144 elements); the dw sums of a thread's columns live in its own shared-memory slots (rr::ColSums, no barrier:
+// each thread touches only its own), 64 KB per CTA, and the weight is read from L2 on each pass. 16-bit types also
+// hold the next row (PF), loaded before the current row's first pass, for the reason layer_norm.cu's long kernel
+// gives; fp32's 8 vectors of dy and x are already 64 registers. AFF as rr_bwd_kernel.
+constexpr int kLongCta = 512;
+template <class T, int NS, bool ADD, bool AFF>
+__global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
+                                                               acc_t<T>* __restrict__ ws,             // [owners, N]
+                                                               const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                               const T* __restrict__ sx, int64_t sxs,  // [M, N]
+                                                               const T* __restrict__ dso, int64_t dsos,  // [M, N] (ADD)
+                                                               const acc_t<T>* __restrict__ rstd,      // [M]
+                                                               const T* __restrict__ w,                // [N] or null
+                                                               int64_t M, int N, acc_t<T> inv_n, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
+  constexpr bool PF = sizeof(T) == 2;
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
-  const rr::ColSums<T, NS, 1> dws(stage_smem);
+  const rr::ColSums<T, NS, 1, kLongCta> dws(stage_smem);
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
-  constexpr bool kWRegs = sizeof(T) == 2;
-  rr::Regs<T, kWRegs ? NS : 1> wr;
-  if (kWRegs && w) wr.load(w, N, l.t, tpr, zero);
-  const auto weight = [&](int s, int c, A(&wv)[VEC]) {
-    if constexpr (kWRegs) wr.fresh(s, wv);
-    else rr::load_param(w, c, wv);
-  };
-  if (ws) dws.zero();
-  for (int64_t r = l.first(); r < M; r += l.step()) {  // one row per cluster: every row is live
-    rr::Regs<T, NS> g, v;
-    g.load_row(dy, dys, r, M, N, l.t, tpr, zero);
-    v.load_row(sx, sxs, r, M, N, l.t, tpr, zero);
-    const A rs = rstd[r];
+  const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr;
+  if (hws) dws.zero();
+  // one row per cluster, every row live; rstd is prefetched with the rows (rr::BwdRows)
+  int64_t rn = rr::row_or_last(l.first(), M);
+  A rs_n = rstd[rn];
+  rr::BwdRows<T, NS, PF> rows(dy, dys, sx, sxs, rn, N, l.t, tpr, zero);
+  const rr::Regs<T, NS>&g = rows.g, &v = rows.v;
+  for (int64_t r = l.first(); r < M; r += l.step()) {
+    rn = rr::row_or_last(r + l.step(), M);
+    rows.begin(r, rn, N, l.t, tpr, zero);
+    const A rs = rs_n;
+    rs_n = rstd[rn];
     A dot = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
       if (c >= N) break;  // (g and v are 0 there)
-      A wv[VEC];
-      if (w) weight(s, c, wv);
+      A wv[VEC], acc[1][VEC];  // acc: this slot's dw sums
+      if (hw) rr::load_param(w, c, wv);
+      if (hws) dws.load(s, acc);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gv = g.at(s, e), xv = v.at(s, e);
-        if (ws) dws.at(0, s, e) += gv * xv * rs;
-        dot += (w ? mul_rn(gv, wv[e]) : gv) * xv;
+        if (hws) acc[0][e] += gv * xv * rs;
+        dot += (hw ? mul_rn(gv, wv[e]) : gv) * xv;
       }
+      if (hws) dws.store(s, acc);
     }
     const A k = red(dot, rr::Sum{}, A(0)) * inv_n * rs * rs;
 #pragma unroll
@@ -355,9 +359,9 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
       A d[VEC], gv[VEC], xv[VEC], wv[VEC];
       g.fresh(s, gv);
       v.fresh(s, xv);
-      if (w) weight(s, c, wv);
+      if (hw) rr::load_param(w, c, wv);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) d[e] = rs * ((w ? mul_rn(gv[e], wv[e]) : gv[e]) - xv[e] * k);
+      for (int e = 0; e < VEC; ++e) d[e] = rs * ((hw ? mul_rn(gv[e], wv[e]) : gv[e]) - xv[e] * k);
       if (ADD && dso != nullptr) {
         A u[VEC];
         rr::load_param(dso + r * dsos, c, u);
@@ -366,8 +370,9 @@ __global__ void __launch_bounds__(512) rr_bwd_long_kernel(T* __restrict__ dx, in
       }
       rr::store(dx + r * dxs, c, d);
     }
+    rows.end();
   }
-  if (ws) dws.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
+  if (hws) dws.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
 }
 
 // Vectors per thread (0: fp64, which always takes the rows.cuh engine). Forward holds x (and the residual); backward
@@ -389,11 +394,18 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
 // thread, 64 KB of dw slots per CTA), or none.
 template <class T> constexpr int kLongNs = sizeof(T) == 4 ? 8 : 4;
 template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
-  if constexpr (sizeof(T) == 8) return {};
-  rr::Geo g = rr::geometry(N, sizeof(T), kLongNs<T>, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
-  if (g.cluster == 1) return {};
-  g.smem = rr::ColSums<T, kLongNs<T>, 1>::bytes_per_thread() * g.threads;
-  return g;
+  if constexpr (sizeof(T) == 8) {
+    return {};
+  } else {
+    rr::Geo g = rr::geometry(N, sizeof(T), kLongNs<T>, kLongCta, rr::target_tpr_bwd(), rr::kMaxCluster);
+    if (g.cluster == 1) return {};
+    g.smem = rr::ColSums<T, kLongNs<T>, 1, kLongCta>::bytes();
+    return g;
+  }
+}
+// The long kernel with a weight and dw (AFF) or without; its grid and the launch must agree.
+template <class T, bool ADD> auto rr_bwd_long_kernel_for(bool dw) {
+  return dw ? rr_bwd_long_kernel<T, kLongNs<T>, ADD, true> : rr_bwd_long_kernel<T, kLongNs<T>, ADD, false>;
 }
 // The backward fast path's grid with a dw workspace (-1: none fits).
 // (with dw: the AFF kernel, a weight being present)
@@ -458,18 +470,18 @@ inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand
     using T = decltype(tag);
     const rr::Geo g = rr_bwd_geo<T>(N), gl = rr_bwd_long_geo<T>(N);
     const bool ok = rr::operands_ok({dy, s, add ? ds_out : s}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T));
+    if constexpr (sizeof(T) != 8) {
+      if (gl.ns && ok && rr::long_bwd(g.ns, N, sizeof(T))) {
+        const int64_t grid = add ? rr::resident_grid(gl, rr_bwd_long_kernel_for<T, true>(true), M)
+                                 : rr::resident_grid(gl, rr_bwd_long_kernel_for<T, false>(true), M);
+        rows_ = rr::owners(gl, grid);
+        return (int)MYOPS_OK;
+      }
+    }
     if (g.ns && ok) {
       const int64_t grid = add ? rr_bwd_grid<T, true>(g, M, true) : rr_bwd_grid<T, false>(g, M, true);
       rows_ = rr::owners(g, grid);
       return (int)MYOPS_OK;
-    }
-    if constexpr (sizeof(T) != 8) {
-      if (gl.ns && ok) {
-        const int64_t grid = add ? rr::resident_grid(gl, rr_bwd_long_kernel<T, kLongNs<T>, true>, M)
-                                 : rr::resident_grid(gl, rr_bwd_long_kernel<T, kLongNs<T>, false>, M);
-        rows_ = rr::owners(gl, grid);
-        return (int)MYOPS_OK;
-      }
     }
     Plan p = bwd_plan(M, N, dtype, true);
     const int rc = add ? finish_plan(p, bwd_kernel<T, true>, M) : finish_plan(p, bwd_kernel<T, false>, M);
@@ -490,9 +502,11 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
     const myops_operand ds_in = ADD ? ds_out : s;
     if constexpr (sizeof(T) != 8) {
       const rr::Geo gl = rr_bwd_long_geo<T>(N);
-      if (!g.ns && gl.ns && rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
+      if (gl.ns && rr::long_bwd(g.ns, N, es) &&
+          rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
         if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;  // the workspace was sized for this
-        constexpr auto kernel = rr_bwd_long_kernel<T, kLongNs<T>, ADD>;
+        if (ws != nullptr && w == nullptr) return (int)MYOPS_EARG;  // dw without a weight: never asked for
+        const auto kernel = rr_bwd_long_kernel_for<T, ADD>(ws != nullptr);
         const int64_t grid = rr::resident_grid(gl, kernel, M);
         if (grid < 0) return (int)MYOPS_EARG;
         return rr::launch(gl, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr), dx.row_stride,
