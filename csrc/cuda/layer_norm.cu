@@ -357,10 +357,11 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // per thread (4 16-bit, 8 fp32) in CTAs of up to kLongCta threads of a cluster of up to 16 hold dy and x of a row
 // (262144 elements); the dw and db sums of a thread's columns live in its own shared-memory slots (rr::ColSums, no
 // barrier: each thread touches only its own), 128 KB per CTA, so one CTA runs per SM; the weight is read from L2 on
-// each pass. 16-bit types also hold the next row (PF), loaded before the current row's first pass, so HBM stays busy
-// through that row's passes and cluster reduction: without it each row's load latency and reduction left the SM idle
-// (H200, bf16 [256, 262144]: 29% of DRAM bandwidth, 3.8 of 9.8 cycles per issued instruction waiting on loads).
-// fp32's 8 vectors of dy and x are already 64 registers. AFF as rr_bwd_kernel.
+// each pass (held in shared memory like rms_norm's, rr::ColParam, it measured 0.2-0.7 points slower: H200, bf16
+// forward+backward, N = 65536 and 262144). 16-bit types also hold the next row (PF), loaded before the current row's
+// first pass, so HBM stays busy through that row's passes and cluster reduction: without it each row's load latency
+// and reduction left the SM idle (H200, bf16 [256, 262144]: 29% of DRAM bandwidth, 3.8 of 9.8 cycles per issued
+// instruction waiting on loads). fp32's 8 vectors of dy and x are already 64 registers. AFF as rr_bwd_kernel.
 constexpr int kLongCta = 512;
 template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]

@@ -651,6 +651,28 @@ __device__ __forceinline__ void load_param(const T* __restrict__ p, int c, acc_t
   for (int e = 0; e < VEC; ++e) x[e] = VEC == 4 ? word_elem<T>(u[e], 0) : word_elem<T>(u[e >> 1], e & 1);
 }
 
+// A per-column parameter (the weight) at a thread's NS slots, converted to fp32 once into shared memory laid out as
+// ColSums<T, NS, 1, CTA>: rms_norm's long-row backward reads it on each pass with 16-byte shared loads, where its
+// global loads of it each waited on L2 (layer_norm's, H200 bf16 [256, 262144]: a fifth of the stall samples) and
+// each element took a conversion.
+template <class T, int NS, int CTA> struct ColParam : ColSums<T, NS, 1, CTA> {
+  using Base = ColSums<T, NS, 1, CTA>;
+  using A = typename Base::A;
+  static constexpr int VEC = Base::VEC;
+  using Base::Base;
+  __device__ __forceinline__ void fill(const T* __restrict__ p, int N, int t, int tpr) const {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = Regs<T, NS>::col(s, t, tpr);
+      if (c >= N) break;
+      A a[1][VEC];
+      load_param(p, c, a[0]);
+      this->store(s, a);
+    }
+  }
+  __device__ __forceinline__ void get(int s, A (&x)[VEC]) const { this->load(s, reinterpret_cast<A(&)[1][VEC]>(x)); }
+};
+
 template <class A> __device__ __forceinline__ A shfl_xor(A v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 template <class A> __device__ __forceinline__ Pair<A> shfl_xor(Pair<A> v, int o) {
   return {__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
