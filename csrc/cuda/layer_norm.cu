@@ -356,12 +356,14 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // Rows too long for rr_bwd_kernel's registers (its per-column sums and the next row's prefetch): kLongNs vectors
 // per thread (4 16-bit, 8 fp32) in CTAs of up to kLongCta threads of a cluster of up to 16 hold dy and x of a row
 // (262144 elements); the dw and db sums of a thread's columns live in its own shared-memory slots (rr::ColSums, no
-// barrier: each thread touches only its own), 128 KB per CTA, so one CTA runs per SM; the weight is read from L2 on
-// each pass (held in shared memory like rms_norm's, rr::ColParam, it measured 0.2-0.7 points slower: H200, bf16
-// forward+backward, N = 65536 and 262144). 16-bit types also hold the next row (PF), loaded before the current row's
-// first pass, so HBM stays busy through that row's passes and cluster reduction: without it each row's load latency
-// and reduction left the SM idle (H200, bf16 [256, 262144]: 29% of DRAM bandwidth, 3.8 of 9.8 cycles per issued
-// instruction waiting on loads). fp32's 8 vectors of dy and x are already 64 registers. AFF as rr_bwd_kernel.
+// barrier: each thread touches only its own), 128 KB per CTA, so one CTA runs per SM. 16-bit types also hold the next
+// row (PF), loaded before the current row's first pass, so HBM stays busy through that row's passes and cluster
+// reduction: without it each row's load latency and reduction left the SM idle (H200, bf16 [256, 262144]: 29% of
+// DRAM bandwidth, 3.8 of 9.8 cycles per issued instruction waiting on loads); and they hold the weight in shared
+// memory as loaded (rr::ColParamRaw, 32 KB; H200 bf16 forward+backward, % of copy: N = 65536 61.0 -> 65.6, N = 262144
+// 52.1 -> 56.6, where its L2 loads each stalled their slot). As fp32 (rr::ColParam, 64 KB) it left L1 too small for
+// the row loads in flight and measured 0.2-0.7 points slower; fp32 rows (8 vectors of dy and x, 64 registers, no
+// prefetch) read the weight from L2. AFF as rr_bwd_kernel.
 constexpr int kLongCta = 512;
 template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
@@ -378,11 +380,13 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::ColSums<T, NS, 2, kLongCta> dwb(stage_smem);  // dw, db
+  const rr::ColParamRaw<T, NS, kLongCta> wsm(stage_smem + decltype(dwb)::bytes());
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
   const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr;
   if (hws) dwb.zero();
+  if (PF && hw) wsm.fill(w, N, l.t, tpr);
   // one row per cluster, every row live; the statistics are prefetched with the rows (rr::BwdRows)
   int64_t rn = rr::row_or_last(l.first(), M);
   A mu_n = mean[rn], rs_n = rstd[rn];
@@ -400,7 +404,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
       if (c >= N) break;
       A wv[VEC], acc[2][VEC];  // acc: this slot's dw, db sums
-      if (hw) rr::load_param(w, c, wv);
+      if (hw) PF ? wsm.get(s, wv) : rr::load_param(w, c, wv);
       if (hws) dwb.load(s, acc);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -424,7 +428,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
       A gv[VEC], xv[VEC], wv[VEC];
       g.fresh(s, gv);
       v.fresh(s, xv);
-      if (hw) rr::load_param(w, c, wv);
+      if (hw) PF ? wsm.get(s, wv) : rr::load_param(w, c, wv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gw = hw ? mul_rn(gv[e], wv[e]) : gv[e];
@@ -473,7 +477,8 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
   } else {
     rr::Geo g = rr::geometry(N, sizeof(T), kLongNs<T>, kLongCta, rr::target_tpr_bwd(), rr::kMaxCluster);
     if (g.cluster == 1) return {};
-    g.smem = rr::ColSums<T, kLongNs<T>, 2, kLongCta>::bytes();
+    g.smem = rr::ColSums<T, kLongNs<T>, 2, kLongCta>::bytes() +
+             (sizeof(T) == 2 ? rr::ColParamRaw<T, kLongNs<T>, kLongCta>::bytes() : 0);
     return g;
   }
 }

@@ -673,6 +673,31 @@ template <class T, int NS, int CTA> struct ColParam : ColSums<T, NS, 1, CTA> {
   __device__ __forceinline__ void get(int s, A (&x)[VEC]) const { this->load(s, reinterpret_cast<A(&)[1][VEC]>(x)); }
 };
 
+// The same held raw, a 16-byte vector of T per slot ([NS][CTA]), converted on each use: a quarter (16-bit types) of
+// ColParam's shared memory, for a kernel whose sums leave too little beside it for L1 (layer_norm's long-row
+// backward: 128 KB of sums; with ColParam's 64 KB more, L1 kept about 60 KB for a CTA's 64 KB of row loads in flight).
+template <class T, int NS, int CTA> struct ColParamRaw {
+  static constexpr int VEC = 16 / sizeof(T);
+  using A = acc_t<T>;
+  uint4* buf;  // this thread's first slot
+  __device__ explicit ColParamRaw(unsigned char* smem) : buf(reinterpret_cast<uint4*>(smem) + threadIdx.x) {}
+  static constexpr int bytes() { return NS * 16 * CTA; }
+  __device__ __forceinline__ void fill(const T* __restrict__ p, int N, int t, int tpr) const {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = Regs<T, NS>::col(s, t, tpr);
+      if (c >= N) break;
+      buf[s * CTA] = *reinterpret_cast<const uint4*>(p + c);
+    }
+  }
+  __device__ __forceinline__ void get(int s, A (&x)[VEC]) const {
+    const uint4 q = buf[s * CTA];
+    const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) x[e] = VEC == 4 ? word_elem<T>(u[e], 0) : word_elem<T>(u[e >> 1], e & 1);
+  }
+};
+
 template <class A> __device__ __forceinline__ A shfl_xor(A v, int o) { return __shfl_xor_sync(0xffffffffu, v, o); }
 template <class A> __device__ __forceinline__ Pair<A> shfl_xor(Pair<A> v, int o) {
   return {__shfl_xor_sync(0xffffffffu, v.a, o), __shfl_xor_sync(0xffffffffu, v.b, o)};
