@@ -360,10 +360,10 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // row (PF), loaded before the current row's first pass, so HBM stays busy through that row's passes and cluster
 // reduction: without it each row's load latency and reduction left the SM idle (H200, bf16 [256, 262144]: 29% of
 // DRAM bandwidth, 3.8 of 9.8 cycles per issued instruction waiting on loads); and they hold the weight in shared
-// memory as loaded (rr::ColParamRaw, 32 KB; H200 bf16 forward+backward, % of copy: N = 65536 61.0 -> 65.6, N = 262144
-// 52.1 -> 56.6, where its L2 loads each stalled their slot). As fp32 (rr::ColParam, 64 KB) it left L1 too small for
-// the row loads in flight and measured 0.2-0.7 points slower; fp32 rows (8 vectors of dy and x, 64 registers, no
-// prefetch) read the weight from L2. AFF as rr_bwd_kernel.
+// memory (rr::ColParam, 32 KB; H200 bf16 forward+backward, % of copy: N = 65536 61.0 -> 65.6, N = 262144 52.1 ->
+// 56.6, where its L2 loads each stalled their slot). fp32 rows (8 vectors of dy and x, 64 registers, no prefetch)
+// read the weight from L2: held in shared memory (64 KB beside the 128 KB of sums) it measured no faster (N = 262144,
+// 60.5 -> 60.3). AFF as rr_bwd_kernel.
 constexpr int kLongCta = 512;
 template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::ColSums<T, NS, 2, kLongCta> dwb(stage_smem);  // dw, db
-  const rr::ColParamRaw<T, NS, kLongCta> wsm(stage_smem + decltype(dwb)::bytes());
+  const rr::ColParam<T, NS, kLongCta> wsm(stage_smem + decltype(dwb)::bytes());
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
@@ -478,7 +478,7 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
     rr::Geo g = rr::geometry(N, sizeof(T), kLongNs<T>, kLongCta, rr::target_tpr_bwd(), rr::kMaxCluster);
     if (g.cluster == 1) return {};
     g.smem = rr::ColSums<T, kLongNs<T>, 2, kLongCta>::bytes() +
-             (sizeof(T) == 2 ? rr::ColParamRaw<T, kLongNs<T>, kLongCta>::bytes() : 0);
+             (sizeof(T) == 2 ? rr::ColParam<T, kLongNs<T>, kLongCta>::bytes() : 0);
     return g;
   }
 }

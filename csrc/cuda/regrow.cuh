@@ -63,14 +63,17 @@ inline int target_tpr_bwd() {
   return v;
 }
 // The norms' backward takes its long-row kernel (per-column sums in shared memory, 4 16-bit vectors per thread and
-// the next row prefetched) for rows the register kernel cannot hold, and for 16-bit rows of 65536 elements or more,
-// where the register kernel's one vector per thread left its per-row work (a cluster reduction per row of 8 elements
-// per thread) the limit (H200, bf16 [1024, 65536] forward+backward, % of copy: rms_norm 65.8 -> 74.9, layer_norm
-// 57.6 -> 60.5; fp32, whose register kernel holds two vectors per thread, lost 8-10 points). MYOPS_ROW_LONG_BWD=n
-// moves that bound to n elements for every type (tuning).
+// the next row prefetched) for rows the register kernel cannot hold, and for every 16-bit row that it applies to (a
+// row over one 512-thread CTA's 16384 elements): there the register kernel's one vector per thread left its per-row
+// work (a cluster reduction per row of 8 elements per thread) the limit (H200, bf16 forward+backward, % of copy:
+// rms_norm N = 24576 75.2 -> 86.3, N = 32768 75.6 -> 86.1, N = 65536 65.8 -> 74.9; layer_norm 64.6 -> 74.9, 63.1 ->
+// 73.2, 57.6 -> 60.5). fp32, whose register kernel holds two vectors per thread at N = 65536, keeps it (the long
+// kernel: layer_norm +1.1 / +3.2 at N = 24576 / 32768 but -8 at 65536; rms_norm -4.0 / -1.8, and -9.6 at 65536
+// before its long kernel held the weight in shared memory).
+// MYOPS_ROW_LONG_BWD=n instead takes the long kernel for rows of n elements or more, every type (tuning).
 inline bool long_bwd(bool regs_hold, int64_t N, int elem) {
   static const int from = env_knob("MYOPS_ROW_LONG_BWD", 0, [](int v) { return v > 0; });
-  return !regs_hold || (from > 0 ? N >= from : elem == 2 && N >= 65536);
+  return !regs_hold || (from > 0 ? N >= from : elem == 2);
 }
 
 // Minimum CTAs per SM the norms' 16-bit forward kernels of 8 vectors per thread are compiled for: 2 caps them at 64
@@ -651,36 +654,18 @@ __device__ __forceinline__ void load_param(const T* __restrict__ p, int c, acc_t
   for (int e = 0; e < VEC; ++e) x[e] = VEC == 4 ? word_elem<T>(u[e], 0) : word_elem<T>(u[e >> 1], e & 1);
 }
 
-// A per-column parameter (the weight) at a thread's NS slots, converted to fp32 once into shared memory laid out as
-// ColSums<T, NS, 1, CTA>: rms_norm's long-row backward reads it on each pass with 16-byte shared loads, where its
-// global loads of it each waited on L2 (layer_norm's, H200 bf16 [256, 262144]: a fifth of the stall samples) and
-// each element took a conversion.
-template <class T, int NS, int CTA> struct ColParam : ColSums<T, NS, 1, CTA> {
-  using Base = ColSums<T, NS, 1, CTA>;
-  using A = typename Base::A;
-  static constexpr int VEC = Base::VEC;
-  using Base::Base;
-  __device__ __forceinline__ void fill(const T* __restrict__ p, int N, int t, int tpr) const {
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      const int c = Regs<T, NS>::col(s, t, tpr);
-      if (c >= N) break;
-      A a[1][VEC];
-      load_param(p, c, a[0]);
-      this->store(s, a);
-    }
-  }
-  __device__ __forceinline__ void get(int s, A (&x)[VEC]) const { this->load(s, reinterpret_cast<A(&)[1][VEC]>(x)); }
-};
-
-// The same held raw, a 16-byte vector of T per slot ([NS][CTA]), converted on each use: a quarter (16-bit types) of
-// ColParam's shared memory, for a kernel whose sums leave too little beside it for L1 (layer_norm's long-row
-// backward: 128 KB of sums; with ColParam's 64 KB more, L1 kept about 60 KB for a CTA's 64 KB of row loads in flight).
-template <class T, int NS, int CTA> struct ColParamRaw {
+// A per-column parameter (the weight) at a thread's NS slots, held in shared memory as loaded (one 16-byte vector of
+// T per slot, [NS][CTA]; converted on each use): the long-row backward kernels read it on each pass with 16-byte
+// shared loads, where their global loads of it each waited on L2 (layer_norm bf16 [256, 262144], H200: a fifth of
+// the stall samples). Converted to fp32 it took 32 KB more per CTA for 16-bit types: layer_norm's long kernel, with
+// its 128 KB of sums, was then left about 60 KB of L1 for the 64 KB of row loads a CTA has in flight (0.2-0.7 points
+// slower than L2 loads), and rms_norm's gained nothing from skipping the conversion (bf16 N = 262144: 74.3% of copy
+// converted, 75.1 as loaded).
+template <class T, int NS, int CTA> struct ColParam {
   static constexpr int VEC = 16 / sizeof(T);
   using A = acc_t<T>;
   uint4* buf;  // this thread's first slot
-  __device__ explicit ColParamRaw(unsigned char* smem) : buf(reinterpret_cast<uint4*>(smem) + threadIdx.x) {}
+  __device__ explicit ColParam(unsigned char* smem) : buf(reinterpret_cast<uint4*>(smem) + threadIdx.x) {}
   static constexpr int bytes() { return NS * 16 * CTA; }
   __device__ __forceinline__ void fill(const T* __restrict__ p, int N, int t, int tpr) const {
 #pragma unroll

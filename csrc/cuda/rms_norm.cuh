@@ -301,9 +301,9 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
 // Rows too long for rr_bwd_kernel's registers (its per-column dw sums and the next row's prefetch): kLongNs vectors
 // per thread (4 16-bit, 8 fp32) in CTAs of up to kLongCta threads of a cluster of up to 16 hold dy and x of a row
 // (262144 elements); the dw sums of a thread's columns live in its own shared-memory slots (rr::ColSums, no barrier:
-// each thread touches only its own), 64 KB per CTA, and so does the weight, converted to fp32 once (rr::ColParam,
-// 64 KB; read from L2 on each pass, H200 forward+backward at N = 262144 was bf16 62.5, fp32 68.5% of copy, now
-// 73.7, 75.7). 16-bit types also hold the next row (PF), loaded before the current row's first pass, for the reason
+// each thread touches only its own), 64 KB per CTA, and so does the weight (rr::ColParam, 32 KB 16-bit, 64 KB fp32;
+// read from L2 on each pass, H200 forward+backward at N = 262144 was bf16 62.5, fp32 68.5% of copy, now 75.1, 75.7).
+// 16-bit types also hold the next row (PF), loaded before the current row's first pass, for the reason
 // layer_norm.cu's long kernel gives; fp32's 8 vectors of dy and x are already 64 registers. AFF as rr_bwd_kernel.
 constexpr int kLongCta = 512;
 template <class T, int NS, bool ADD, bool AFF>
