@@ -468,8 +468,8 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   }
   return g;
 }
-// Rows that rr_bwd_geo cannot hold: rr_bwd_long_kernel's geometry (a cluster of 512-thread CTAs, kLongNs vectors per
-// thread, 128 KB of dw/db slots per CTA), or none.
+// rr_bwd_long_kernel's geometry (a cluster of up to 512-thread CTAs, kLongNs vectors per thread, 128 KB of dw/db slots
+// and, 16-bit, 32 KB of weight per CTA), or none; rr::long_bwd says which rows take it.
 template <class T> constexpr int kLongNs = sizeof(T) == 4 ? 8 : 4;
 template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
   if constexpr (sizeof(T) == 8) {

@@ -393,8 +393,8 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   else if (N < rr::kExactBwdBelow) return {};
   else return rr::geometry(N, sizeof(T), kBwdNs<T>, rr::bwd_max_threads<T>(), rr::target_tpr_bwd(), rr::kMaxCluster);
 }
-// Rows that rr_bwd_geo cannot hold: rr_bwd_long_kernel's geometry (a cluster of 512-thread CTAs, kLongNs vectors per
-// thread, 64 KB of dw slots per CTA), or none.
+// rr_bwd_long_kernel's geometry (a cluster of up to 512-thread CTAs, kLongNs vectors per thread, 64 KB of dw slots and
+// 32 KB (16-bit) or 64 KB of weight per CTA), or none; rr::long_bwd says which rows take it.
 template <class T> constexpr int kLongNs = sizeof(T) == 4 ? 8 : 4;
 template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
   if constexpr (sizeof(T) == 8) {
