@@ -12,8 +12,10 @@ ROW_SHAPES = [(5, 1), (3, 7), (4, 64), (2, 769), (3, 5125), (2, 65536), (2, 6553
 # Contiguous rows that the GPU's register path splits over a thread block cluster (ROW_SHAPES' padded rows take
 # the general engine), with enough rows (9 of 262144, 300 of 24576) that the kernels with a row loop run several per
 # cluster. The norms' backward takes 16-bit rows over 16384 elements to its long-row kernel: N = 12288 keeps its
-# register kernel on a cluster in every dtype.
-CLUSTER_SHAPES = [(3, 65536), (9, 262144), (300, 24576), (40, 12288)]
+# register kernel on a cluster in every dtype. The long-row forward kernels (rows over 8 vectors x 512 threads) run
+# on a persistent grid of clusters: 300 rows of 65536 and 40 of 262144 are more than it has, so each cluster takes
+# several rows and prefetches the next; 3 of 65536 leave every cluster one row and a prefetch past the last.
+CLUSTER_SHAPES = [(3, 65536), (9, 262144), (300, 24576), (40, 12288), (300, 65536), (40, 262144)]
 # A row the norms' backward takes to its long-row kernel (per-column sums in shared memory) that leaves the last
 # threads of its cluster without a full set of vectors (25001 16-byte vectors of bf16, 50002 of fp32); the norms'
 # CUDA tests run it with each parameter absent (the kernel's general variant) and present.

@@ -169,6 +169,37 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
 template <class T> constexpr bool kFused = MYOPS_LN_FUSED && sizeof(T) == 2;
 // The register kernels take inv_n = 1/N (rounded to acc_t) from the host and multiply: a division by N compiles to
 // an IEEE division sequence of about a dozen instructions, once or twice per row (where a CTA runs one row).
+// The statistics of a row held in registers (rr_fwd, rr_fwd_long_kernel), from this thread's sum of its part:
+// mu = mean(x) and rs = 1 / sqrt(mean((x - mu)^2) + eps), two reductions (no cancellation).
+template <class T, int NS, bool FULL>
+__device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc_t<T> sum, rr::RowReduce& red, int t,
+                                                   int tpr, int N, acc_t<T> inv_n, acc_t<T> eps) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  const A mu = red(sum, rr::Sum{}, A(0)) * inv_n;
+  A sq = A(0);
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    if (!FULL && rr::Regs<T, NS>::col(s, t, tpr) >= N) break;  // slots past the row would add mu^2
+    A a[VEC];
+    v.fresh(s, a);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) sq += (a[e] - mu) * (a[e] - mu);
+  }
+  return {mu, inv_sqrt(red(sq, rr::Sum{}, A(0)) * inv_n + eps)};
+}
+// A slot's output in place: a = xh w + b, xh = (a - mu) rs (kFused: fma(a, rs, nmr), nmr = -mu rs); the weight wv and
+// bias bv enter where present (hw, hb).
+template <class T, int VEC>
+__device__ __forceinline__ void rr_affine(acc_t<T> (&a)[VEC], acc_t<T> mu, acc_t<T> rs, acc_t<T> nmr, bool hw, bool hb,
+                                          const acc_t<T> (&wv)[VEC], const acc_t<T> (&bv)[VEC]) {
+  using A = acc_t<T>;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {  // (one fma for weight and bias: the compiler kept a multiply and an add)
+    const A xh = kFused<T> ? fmaf(a[e], rs, nmr) : (a[e] - mu) * rs;
+    a[e] = hw && hb ? fmaf(xh, wv[e], bv[e]) : hw ? xh * wv[e] : hb ? xh + bv[e] : xh;
+  }
+}
 template <class T, int NS, bool FULL>
 __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // [M, N]
                                        acc_t<T>* __restrict__ mean,          // [M]
@@ -198,18 +229,8 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
 #pragma unroll
       for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
     st.next(x, xs, r, l.step(), M, N, l.t, tpr, sum);
-    const A mu = red(sum, rr::Sum{}, A(0)) * inv_n;
-    A sq = A(0);
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      if (!FULL && rr::Regs<T, NS>::col(s, l.t, tpr) >= N) break;  // slots past the row would add mu^2
-      A a[VEC];
-      v.fresh(s, a);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) sq += (a[e] - mu) * (a[e] - mu);
-    }
-    const A rs = inv_sqrt(red(sq, rr::Sum{}, A(0)) * inv_n + eps);
-    const A nmr = -mu * rs;  // kFused: xh = fma(x, rs, -mu rs)
+    const Pair<A> ms = rr_stats<T, NS, FULL>(v, sum, red, l.t, tpr, N, inv_n, eps);
+    const A mu = ms.a, rs = ms.b, nmr = -mu * rs;
     if (!live) continue;
     if (l.t == 0) {
       mean[r] = mu;
@@ -441,6 +462,63 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   if (hws) dwb.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
 }
 
+// The forward on long rows (rr::long_fwd), as rms_norm.cuh's rr_fwd_long_kernel: a persistent grid of clusters
+// of up to kLongCta threads, NS vectors per thread, the next row loaded into registers before the current one is
+// reduced, the weight and bias in shared memory (rr::ColParam, filled once: Nsight Compute put a fifth of
+// rr_fwd_kernel's stalls at [256, 262144] bf16 on their L2 loads in the output pass). The statistics are rr_fwd's
+// (two passes, two cluster reductions); so is the output. AFF: weight and bias both present (compile time).
+template <class T, int NS, bool AFF>
+__global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
+    rr_fwd_long_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                       acc_t<T>* __restrict__ mean,          // [M]
+                       acc_t<T>* __restrict__ rstd,          // [M]
+                       const T* __restrict__ x, int64_t xs,  // [M, N]
+                       const T* __restrict__ w,              // [N] or null
+                       const T* __restrict__ b,              // [N] or null
+                       int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  using P = rr::ColParam<T, NS, kLongCta>;
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  extern __shared__ __align__(16) unsigned char stage_smem[];
+  const bool hw = AFF || w != nullptr, hb = AFF || b != nullptr;
+  const P wsm(stage_smem), bsm(stage_smem + (hw ? P::bytes() : 0));  // (the launch gives what is present)
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  const T zero = from_acc<T>(A(0));
+  if (hw) wsm.fill(w, N, l.t, tpr);
+  if (hb) bsm.fill(b, N, l.t, tpr);
+  rr::Regs<T, NS> v;  // one row per cluster, every row live; a prefetch past M reads row M - 1
+  v.load(x + rr::row_or_last(l.first(), M) * xs, N, l.t, tpr, zero);
+  for (int64_t r = l.first(); r < M; r += l.step()) {
+    rr::Regs<T, NS> vn;
+    vn.load(x + rr::row_or_last(r + l.step(), M) * xs, N, l.t, tpr, zero);
+    A sum = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
+    const Pair<A> ms = rr_stats<T, NS, false>(v, sum, red, l.t, tpr, N, inv_n, eps);
+    const A mu = ms.a, rs = ms.b, nmr = -mu * rs;
+    if (l.t == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A a[VEC], wv[VEC], bv[VEC];
+      v.fresh(s, a);
+      if (hw) wsm.get(s, wv);
+      if (hb) bsm.get(s, bv);
+      rr_affine<T>(a, mu, rs, nmr, hw, hb, wv, bv);
+      rr::store(y + r * ys, c, a);
+    }
+    v = vn;
+  }
+}
+
 // Vectors per thread (0: fp64 takes the rows.cuh engine). Backward holds dy and x of two rows (prefetch), the
 // weight and two sums (VEC fp32 per vector) of each: one vector per thread and up to 1024 threads keep it within 64
 // registers (at two vectors it took 92-113 registers, one or two CTAs per SM).
@@ -485,6 +563,11 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
 template <class T> auto rr_bwd_long_kernel_for(bool w, bool ws) {
   return w && ws ? rr_bwd_long_kernel<T, kLongNs<T>, true> : rr_bwd_long_kernel<T, kLongNs<T>, false>;
 }
+// The long forward's kernel for ns vectors per thread (rr::long_fwd_geo), with weight and bias or not both.
+template <class T> auto rr_fwd_long_kernel_for(int ns, bool w, bool b) {
+  if (ns == 4) return w && b ? rr_fwd_long_kernel<T, 4, true> : rr_fwd_long_kernel<T, 4, false>;
+  return w && b ? rr_fwd_long_kernel<T, 8, true> : rr_fwd_long_kernel<T, 8, false>;
+}
 // The register backward's kernel for g.ns vectors per thread, with a weight (w) and parameter gradients (ws); its
 // grid (below) and the launch must agree.
 template <class T, int NS> auto rr_bwd_kernel_for(bool w, bool ws) {
@@ -509,6 +592,18 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
+    if constexpr (es != 8) {
+      const rr::Geo gl = rr::long_fwd_geo(N, es, kLongCta, (w != nullptr) + (b != nullptr));
+      if (gl.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
+        const auto kernel = rr_fwd_long_kernel_for<T>(gl.ns, w != nullptr, b != nullptr);
+        const int64_t grid = rr::resident_grid(gl, kernel, M);
+        if (grid > 0)  // (else its clusters cannot be scheduled: the register kernel's may)
+          return rr::launch(gl, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
+                            static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr),
+                            x.row_stride, static_cast<const T*>(w), static_cast<const T*>(b), M, (int)N,
+                            (acc_t<T>)(1.0 / N), (acc_t<T>)eps, gl.tpr);
+      }
+    }
     const rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es);
     if (g0.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
       return rr::with_ns<kFwdNs<T>>(g0.ns, [&](auto ns) -> int {

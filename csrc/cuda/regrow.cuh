@@ -75,6 +75,21 @@ inline bool long_bwd(bool regs_hold, int64_t N, int elem) {
   static const int from = env_knob("MYOPS_ROW_LONG_BWD", 0, [](int v) { return v > 0; });
   return !regs_hold || (from > 0 ? N >= from : elem == 2);
 }
+// The norms' forward takes its long-row kernel (a persistent grid of clusters, the next row loaded into registers
+// before the current one is reduced, the weight and bias in shared memory) for every row that has its geometry
+// (long_fwd_geo): H200, forward, % of copy, register kernel -> long kernel: layer_norm bf16 N = 65536 70.6 -> 79.3,
+// N = 262144 63.0 -> 77.9, fp32 81.1 -> 86.6, 64.5 -> 79.1; rms_norm bf16 76.2 -> 85.2, 72.5 -> 84.0, fp32 76.9 ->
+// 90.3, 79.7 -> 87.8. (softmax's forward, whose register kernel runs several 256-thread CTAs per SM, lost 6-11 points
+// on the same kernel shape: it keeps its register kernel.) MYOPS_ROW_LONG_FWD=n takes it from n elements (tuning; a
+// large n never), MYOPS_ROW_LONG_FWD_NS (4 or 8) sets its vectors per thread.
+inline bool long_fwd(int64_t N) {
+  static const int from = env_knob("MYOPS_ROW_LONG_FWD", 1, [](int v) { return v > 0; });
+  return N >= from;
+}
+inline int long_fwd_ns() {
+  static const int v = env_knob("MYOPS_ROW_LONG_FWD_NS", 0, [](int n) { return n == 4 || n == 8; });
+  return v;
+}
 
 // Minimum CTAs per SM the norms' 16-bit forward kernels of 8 vectors per thread are compiled for: 2 caps them at 64
 // registers (they took 89-108, so a 512-thread CTA of a long row filled an SM alone and staged its next row). Two
@@ -254,6 +269,27 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
   g.rows = tpr >= kCtaThreads ? 1 : kCtaThreads / tpr;
   g.threads = g.tpr * g.rows;
   return g;
+}
+
+// The geometry of a long-row forward kernel for N (rr::long_fwd): CTAs of up to cta threads, 4 vectors per thread
+// where a cluster of up to 8 of them holds the row, else 8 (long_fwd_ns() overrides: tuning); `params` per-column
+// vectors in shared memory, one 16-byte vector per slot of each of cta threads (rr::ColParam). None (ns = 0) for a
+// row that one CTA of 8 vectors per thread holds (the register kernels' rows) or 16 do not. At 4 vectors the kernels
+// fit 64 registers, two CTAs per SM; at 8, one. H200, forward, % of copy, 8 -> 4 vectors at N = 65536: layer_norm
+// bf16 76.5 -> 79.0, fp32 85.6 -> 86.9, rms_norm 82.2 -> 85.4, 88.8 -> 90.6; at bf16 N = 262144, where 4 vectors
+// take a cluster of 16 (seven on the chip), layer_norm 77.8 -> 62.7, rms_norm 84.1 -> 83.1. CTAs of 1024 threads of
+// 4 vectors (one per SM, clusters of 8) measured -5.0 to +1.9 against these.
+inline Geo long_fwd_geo(int64_t N, int elem, int cta, int params) {
+  if (!long_fwd(N) || N <= (int64_t)8 * cta * (16 / elem)) return {};
+  const int forced = long_fwd_ns();
+  for (const int ns : {forced ? forced : 4, 8}) {
+    Geo g = geometry(N, elem, ns, cta, target_tpr(), kMaxCluster);
+    if (g.ns == ns && g.cluster > 1 && (forced || ns == 8 || g.cluster <= kMaxCluster)) {
+      g.smem = params * ns * 16 * cta;
+      return g;
+    }
+  }
+  return {};
 }
 
 // Every operand of the op passes this (plus the per-column parameter vectors through param_ok).
