@@ -79,9 +79,10 @@ inline bool long_bwd(bool regs_hold, int64_t N, int elem) {
 // before the current one is reduced, the weight and bias in shared memory) for every row that has its geometry
 // (long_fwd_geo): H200, forward, % of copy, register kernel -> long kernel: layer_norm bf16 N = 65536 70.6 -> 79.3,
 // N = 262144 63.0 -> 77.9, fp32 81.1 -> 86.6, 64.5 -> 79.1; rms_norm bf16 76.2 -> 85.2, 72.5 -> 84.0, fp32 76.9 ->
-// 90.3, 79.7 -> 87.8. (softmax's forward, whose register kernel runs several 256-thread CTAs per SM, lost 6-11 points
-// on the same kernel shape: it keeps its register kernel.) MYOPS_ROW_LONG_FWD=n takes it from n elements (tuning; a
-// large n never), MYOPS_ROW_LONG_FWD_NS (4 or 8) sets its vectors per thread.
+// 90.3, 79.7 -> 87.8; add_rms_norm (the next row's x and residual loaded ahead) bf16 74.4 -> 80.7, 62.6 -> 86.2,
+// fp32 80.4 -> 88.6, 41.2 -> 88.2. (softmax's forward, whose register kernel runs several 256-thread CTAs per SM, lost
+// 6-11 points on the same kernel shape: it keeps its register kernel.) MYOPS_ROW_LONG_FWD=n takes it from n elements
+// (tuning; a large n never), MYOPS_ROW_LONG_FWD_NS (4 or 8) sets its vectors per thread.
 inline bool long_fwd(int64_t N) {
   static const int from = env_knob("MYOPS_ROW_LONG_FWD", 1, [](int v) { return v > 0; });
   return N >= from;

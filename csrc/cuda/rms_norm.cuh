@@ -378,19 +378,23 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   if (hws) dws.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
 }
 
-// rms_norm's forward on long rows (rr::long_fwd; not add_rms_norm): a persistent grid of clusters of up to kLongCta
-// threads, NS vectors per thread; each cluster takes rows first, first + clusters, ... and loads the next row into
-// registers before it reduces the current one, so HBM stays busy through the cluster reduction and the output
-// pass, and reads the weight from shared memory (rr::ColParam, filled once). rr_fwd_kernel's CTAs of a long row
-// each take one row and exit: Nsight Compute (layer_norm bf16 [256, 262144]) put its stalls on the first use of x,
-// the cluster reductions, the exit cluster barrier and, a fifth, the weight's L2 loads in the output pass.
+// The forward on long rows (rr::long_fwd): a persistent grid of clusters of up to kLongCta threads, NS vectors per
+// thread; each cluster takes rows first, first + clusters, ... and loads the next row into registers before it
+// reduces the current one, so HBM stays busy through the cluster reduction and the output pass, and reads the weight
+// from shared memory (rr::ColParam, filled once). rr_fwd_kernel's CTAs of a long row each take one row and exit:
+// Nsight Compute (layer_norm bf16 [256, 262144]) put its stalls on the first use of x, the cluster reductions, the
+// exit cluster barrier and, a fifth, the weight's L2 loads in the output pass.
+// ADD (add_rms_norm): the next row's x and residual are both loaded ahead and summed (rounded to T, like the eager
+// sum) once the current row is written, so only the current sum and the next row's two operands are live.
 // AFF: the weight is present (known at compile time).
-template <class T, int NS, bool AFF>
+template <class T, int NS, bool AFF, bool ADD>
 __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
-    rr_fwd_long_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
-                       acc_t<T>* __restrict__ rstd,          // [M] or null
-                       const T* __restrict__ x, int64_t xs,  // [M, N]
-                       const T* __restrict__ w,              // [N] or null
+    rr_fwd_long_kernel(T* __restrict__ y, int64_t ys,           // [M, N]
+                       T* __restrict__ so, int64_t sos,         // [M, N] x + res (ADD)
+                       acc_t<T>* __restrict__ rstd,             // [M] or null
+                       const T* __restrict__ x, int64_t xs,     // [M, N]
+                       const T* __restrict__ res, int64_t rs_,  // [M, N] (ADD)
+                       const T* __restrict__ w,                 // [N] or null
                        int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
@@ -402,11 +406,31 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
   const T zero = from_acc<T>(A(0));
   const bool hw = AFF || w != nullptr;
   if (hw) wsm.fill(w, N, l.t, tpr);
+  // v = u + v, rounded to T (ADD)
+  const auto add_into = [](rr::Regs<T, NS>& v, const rr::Regs<T, NS>& u) {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      A a[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e) + u.at(s, e);
+      v.set(s, a);
+    }
+  };
   rr::Regs<T, NS> v;  // one row per cluster, every row live; a prefetch past M reads row M - 1
-  v.load(x + rr::row_or_last(l.first(), M) * xs, N, l.t, tpr, zero);
+  {
+    const int64_t r0 = rr::row_or_last(l.first(), M);
+    v.load(x + r0 * xs, N, l.t, tpr, zero);
+    if constexpr (ADD) {
+      rr::Regs<T, NS> u;
+      u.load(res + r0 * rs_, N, l.t, tpr, zero);
+      add_into(v, u);
+    }
+  }
   for (int64_t r = l.first(); r < M; r += l.step()) {
-    rr::Regs<T, NS> vn;
-    vn.load(x + rr::row_or_last(r + l.step(), M) * xs, N, l.t, tpr, zero);
+    rr::Regs<T, NS> vn, un;
+    const int64_t rn = rr::row_or_last(r + l.step(), M);
+    vn.load(x + rn * xs, N, l.t, tpr, zero);
+    if constexpr (ADD) un.load(res + rn * rs_, N, l.t, tpr, zero);
     A ss = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
@@ -420,11 +444,13 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
       if (c >= N) break;
       A o[VEC], wv[VEC];
       v.fresh(s, o);
+      if constexpr (ADD) rr::store(so + r * sos, c, o);
       if (hw) wsm.get(s, wv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) o[e] = hw ? o[e] * rs * wv[e] : o[e] * rs;
       rr::store(y + r * ys, c, o);
     }
+    if constexpr (ADD) add_into(vn, un);
     v = vn;
   }
 }
@@ -462,9 +488,9 @@ template <class T, bool ADD> auto rr_bwd_long_kernel_for(bool dw) {
   return dw ? rr_bwd_long_kernel<T, kLongNs<T>, ADD, true> : rr_bwd_long_kernel<T, kLongNs<T>, ADD, false>;
 }
 // The long forward's kernel for ns vectors per thread (rr::long_fwd_geo), with a weight or without.
-template <class T> auto rr_fwd_long_kernel_for(int ns, bool w) {
-  if (ns == 4) return w ? rr_fwd_long_kernel<T, 4, true> : rr_fwd_long_kernel<T, 4, false>;
-  return w ? rr_fwd_long_kernel<T, 8, true> : rr_fwd_long_kernel<T, 8, false>;
+template <class T, bool ADD> auto rr_fwd_long_kernel_for(int ns, bool w) {
+  if (ns == 4) return w ? rr_fwd_long_kernel<T, 4, true, ADD> : rr_fwd_long_kernel<T, 4, false, ADD>;
+  return w ? rr_fwd_long_kernel<T, 8, true, ADD> : rr_fwd_long_kernel<T, 8, false, ADD>;
 }
 // The backward fast path's grid with a dw workspace (-1: none fits).
 // (with dw: the AFF kernel, a weight being present)
@@ -489,15 +515,17 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const int es = sizeof(T);
-    if constexpr (!ADD && sizeof(T) != 8) {
+    if constexpr (sizeof(T) != 8) {
       const rr::Geo gl = rr::long_fwd_geo(N, es, kLongCta, w != nullptr);
-      if (gl.ns && rr::operands_ok({x}, {y}, {w}, M, N, es)) {
-        const auto kernel = rr_fwd_long_kernel_for<T>(gl.ns, w != nullptr);
+      if (gl.ns && rr::operands_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, {w}, M, N, es)) {
+        const auto kernel = rr_fwd_long_kernel_for<T, ADD>(gl.ns, w != nullptr);
         const int64_t grid = rr::resident_grid(gl, kernel, M);
         if (grid > 0)  // (else its clusters cannot be scheduled: the register kernel's may)
           return rr::launch(gl, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
-                            static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr), x.row_stride,
-                            static_cast<const T*>(w), M, (int)N, (acc_t<T>)(1.0 / N), (acc_t<T>)eps, gl.tpr);
+                            static_cast<T*>(s_out.ptr), s_out.row_stride, static_cast<acc_t<T>*>(rstd),
+                            static_cast<const T*>(x.ptr), x.row_stride, static_cast<const T*>(res.ptr),
+                            res.row_stride, static_cast<const T*>(w), M, (int)N, (acc_t<T>)(1.0 / N),
+                            (acc_t<T>)eps, gl.tpr);
       }
     }
     const rr::Geo g0 = rr_fwd_geo<T, ADD>(N);
