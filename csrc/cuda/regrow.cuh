@@ -79,8 +79,8 @@ inline bool long_bwd(bool regs_hold, int64_t N, int elem) {
 // before the current one is reduced, the weight and bias in shared memory) for every row that has its geometry
 // (long_fwd_geo): H200, forward, % of copy, register kernel -> long kernel: layer_norm bf16 N = 65536 70.6 -> 79.3,
 // N = 262144 63.0 -> 77.9, fp32 81.1 -> 86.6, 64.5 -> 79.1; rms_norm bf16 76.2 -> 85.2, 72.5 -> 84.0, fp32 76.9 ->
-// 90.3, 79.7 -> 87.8; add_rms_norm (the next row's x and residual loaded ahead) bf16 74.4 -> 80.7, 62.6 -> 86.2,
-// fp32 80.4 -> 88.6, 41.2 -> 88.2. (softmax's forward, whose register kernel runs several 256-thread CTAs per SM, lost
+// 90.3, 79.7 -> 87.8; add_rms_norm (the next row's x and residual loaded ahead) bf16 74.4 -> 87.0, 62.6 -> 86.0,
+// fp32 80.4 -> 90.3, 41.2 -> 86.9. (softmax's forward, whose register kernel runs several 256-thread CTAs per SM, lost
 // 6-11 points on the same kernel shape: it keeps its register kernel.) MYOPS_ROW_LONG_FWD=n takes it from n elements
 // (tuning; a large n never), MYOPS_ROW_LONG_FWD_NS (4 or 8) sets its vectors per thread.
 inline bool long_fwd(int64_t N) {
@@ -287,11 +287,13 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
 // fit 64 registers, two CTAs per SM; at 8, one. H200, forward, % of copy, 8 -> 4 vectors at N = 65536: layer_norm
 // bf16 76.5 -> 79.0, fp32 85.6 -> 86.9, rms_norm 82.2 -> 85.4, 88.8 -> 90.6; at bf16 N = 262144, where 4 vectors
 // take a cluster of 16 (seven on the chip), layer_norm 77.8 -> 62.7, rms_norm 84.1 -> 83.1. CTAs of 1024 threads of
-// 4 vectors (one per SM, clusters of 8) measured -5.0 to +1.9 against these.
-inline Geo long_fwd_geo(int64_t N, int elem, int cta, int params) {
+// 4 vectors (one per SM, clusters of 8) measured -5.0 to +1.9 against these. Two inputs (add_rms_norm: x and the
+// residual, both loaded ahead) take 8 vectors: at 4 they spilled 40-64 bytes within 64 registers (N = 65536, bf16
+// 80.8 -> 87.0, fp32 88.5 -> 90.3 at 8).
+inline Geo long_fwd_geo(int64_t N, int elem, int cta, int params, int inputs = 1) {
   if (!long_fwd(N) || N <= (int64_t)8 * cta * (16 / elem)) return {};
   const int forced = long_fwd_ns();
-  for (const int ns : {forced ? forced : 4, 8}) {
+  for (const int ns : {forced ? forced : inputs > 1 ? 8 : 4, 8}) {
     Geo g = geometry(N, elem, ns, cta, target_tpr(), kMaxCluster);
     if (g.ns == ns && g.cluster > 1 && (forced || ns == 8 || g.cluster <= kMaxCluster)) {
       g.smem = params * ns * 16 * cta;

@@ -516,7 +516,7 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
     using T = decltype(tag);
     const int es = sizeof(T);
     if constexpr (sizeof(T) != 8) {
-      const rr::Geo gl = rr::long_fwd_geo(N, es, kLongCta, w != nullptr);
+      const rr::Geo gl = rr::long_fwd_geo(N, es, kLongCta, w != nullptr, ADD ? 2 : 1);
       if (gl.ns && rr::operands_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, {w}, M, N, es)) {
         const auto kernel = rr_fwd_long_kernel_for<T, ADD>(gl.ns, w != nullptr);
         const int64_t grid = rr::resident_grid(gl, kernel, M);
