@@ -86,9 +86,10 @@ def logits_target(shape, dtype, device) -> Inputs:
 
 
 def rms_norm_eager(x, w, eps=1e-6):
-    """The issue's expression: fp32 math, output in x's dtype."""
-    xf = x.float()
-    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+    """The issue's expression: fp32 math (fp64 for fp64, the float64 reference), output in x's dtype."""
+    acc = torch.promote_types(x.dtype, torch.float32)
+    xf = x.to(acc)
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.to(acc)).to(x.dtype)
 
 
 def add_rms_norm_eager(x, r, w):
