@@ -145,6 +145,16 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
 
 
 // ---- fast path (regrow.cuh): rows in registers --------------------------------------------------------------
+// add_rms_norm's sum in place: v = v + u, rounded to T like the eager x + residual.
+template <class T, int NS> __device__ __forceinline__ void add_into(rr::Regs<T, NS>& v, const rr::Regs<T, NS>& u) {
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    acc_t<T> a[rr::Regs<T, NS>::VEC];
+#pragma unroll
+    for (int e = 0; e < rr::Regs<T, NS>::VEC; ++e) a[e] = v.at(s, e) + u.at(s, e);
+    v.set(s, a);
+  }
+}
 // FULL: no per-slot bounds checks (rr::Geo::full).
 template <class T, int NS, bool ADD, bool FULL>
 __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
@@ -173,13 +183,7 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
     if constexpr (ADD) {
       rr::Regs<T, NS> u;
       u.template load_row<FULL>(res, rs_, r, M, N, l.t, tpr, zero);
-#pragma unroll
-      for (int s = 0; s < NS; ++s) {
-        A a[VEC];
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e) + u.at(s, e);
-        v.set(s, a);  // rounded to T, like the eager sum
-      }
+      add_into(v, u);
     }
     A ss = A(0);
 #pragma unroll
@@ -406,16 +410,6 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
   const T zero = from_acc<T>(A(0));
   const bool hw = AFF || w != nullptr;
   if (hw) wsm.fill(w, N, l.t, tpr);
-  // v = u + v, rounded to T (ADD)
-  const auto add_into = [](rr::Regs<T, NS>& v, const rr::Regs<T, NS>& u) {
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      A a[VEC];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e) + u.at(s, e);
-      v.set(s, a);
-    }
-  };
   rr::Regs<T, NS> v;  // one row per cluster, every row live; a prefetch past M reads row M - 1
   {
     const int64_t r0 = rr::row_or_last(l.first(), M);
