@@ -8,7 +8,7 @@
 //            dx = r * (g - mean(g) - xh * mean(g * xh))
 //            dw = sum over rows of dy * xh;  db = sum over rows of dy   (per-row-group partials in a workspace
 //            ws [2][groups][N], summed by the caller)
-#include "regrow.cuh"
+#include "rowpipe.cuh"
 
 namespace {
 using namespace myops;
@@ -462,6 +462,97 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   if (hws) dwb.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
 }
 
+// The long-row backward as a pipeline (rowpipe.cuh), for rows that a cluster of up to 16 CTAs of 512 threads of 4
+// vectors holds: dy and x arrive by the bulk copy engine three rows ahead into shared memory (3 x 64 KB), the weight
+// sits beside them (32 KB), and the dw and db sums of a thread's 4 slots stay in its registers (64 of them). Row j + 1's
+// first pass runs while row j's sums cross the cluster; row j's second pass follows. One CTA per SM.
+constexpr int kPipeNs = 4, kPipeStages = 3;
+template <class T> using LnPipe = rp::Pipe<T, kPipeNs, kLongCta, 2, kPipeStages>;  // dy, x
+template <class T> using LnPipeSmem = rp::Smem<LnPipe<T>, rr::ColParam<T, kPipeNs, kLongCta>>;
+template <class T, bool AFF>
+__global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
+                                                                  acc_t<T>* __restrict__ ws,             // [2, owners, N]
+                                                                  const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                                  const T* __restrict__ x, int64_t xs,    // [M, N]
+                                                                  const acc_t<T>* __restrict__ mean,      // [M]
+                                                                  const acc_t<T>* __restrict__ rstd,      // [M]
+                                                                  const T* __restrict__ w,                // [N] or null
+                                                                  int64_t M, int N, acc_t<T> inv_n, int tpr) {
+  using A = acc_t<T>;
+  constexpr int NS = kPipeNs, VEC = 16 / sizeof(T);
+  using L = LnPipeSmem<T>;
+  extern __shared__ __align__(128) unsigned char pipe_smem[];
+  LnPipe<T> pipe(pipe_smem, L::bars(pipe_smem));
+  const rr::ColParam<T, NS, kLongCta> wsm(L::param(pipe_smem));
+  rp::SplitReduce red(L::reduce(pipe_smem));
+  const rr::Lane l(tpr);
+  const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr;
+  const T* const base[2] = {dy, x};
+  const int64_t rstr[2] = {dys, xs};
+  rp::setup(pipe, red, base, rstr, l.first(), l.step(), M, N, tpr);
+  if (hw) wsm.fill(w, N, l.t, tpr);
+  rp::cluster_sync();  // every CTA's mbarriers exist before any remote send
+  A dw[NS][VEC], db[NS][VEC];
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dw[s][e] = db[s][e] = A(0);
+  // the saved statistics of row r
+  const auto stats = [&](int64_t r) { return float2{mean[r], rstd[r]}; };
+  // row r's first pass from stage b: its dw and db terms, and its sums of g w and g w xh
+  const auto pass1 = [&](int b, int64_t, float2 st) {
+    const A mu = st.x, rs = st.y, nmr = -mu * rs;
+    A sg = A(0), sgx = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A g[VEC], xv[VEC], wv[VEC];
+      pipe.get(b, 0, s, g);
+      pipe.get(b, 1, s, xv);
+      if (hw) wsm.get(s, wv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A gv = g[e], xh = kFused<T> ? fmaf(xv[e], rs, nmr) : (xv[e] - mu) * rs;
+        if (hws) {
+          dw[s][e] += gv * xh;
+          db[s][e] += gv;
+        }
+        const A gw = hw ? mul_rn(gv, wv[e]) : gv;
+        sg += gw;
+        sgx += gw * xh;
+      }
+    }
+    return float2{sg, sgx};
+  };
+  // row r's dx from stage b and the row's totals
+  const auto pass2 = [&](int b, int64_t r, float2 st, float2 tot) {
+    const A mu = st.x, rs = st.y;
+    const A mg = tot.x * inv_n, mgx = tot.y * inv_n, c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A g[VEC], xv[VEC], wv[VEC];
+      pipe.get(b, 0, s, g);
+      pipe.get(b, 1, s, xv);
+      if (hw) wsm.get(s, wv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A gw = hw ? mul_rn(g[e], wv[e]) : g[e];
+        g[e] = kFused<T> ? fmaf(rs, gw, fmaf(xv[e], -c2, c0)) : rs * (gw - mg - (xv[e] - mu) * rs * mgx);
+      }
+      rr::store(dx + r * dxs, c, g);
+    }
+  };
+  pipe.run(base, rstr, l.first(), l.step(), M, N, tpr, red, stats, pass1, pass2);
+  if (hws) {
+    rp::store_sums<T, NS>(ws + l.owner() * N, dw, N, l.t, tpr);
+    rp::store_sums<T, NS>(ws + (l.owners() + l.owner()) * N, db, N, l.t, tpr);
+  }
+  rp::cluster_sync();  // no CTA exits while another may still send to it
+}
+
 // The forward on long rows (rr::long_fwd), as rms_norm.cuh's rr_fwd_long_kernel: a persistent grid of clusters
 // of up to kLongCta threads, NS vectors per thread, the next row loaded into registers before the current one is
 // reduced, the weight and bias in shared memory (rr::ColParam, filled once: Nsight Compute put a fifth of
@@ -563,6 +654,22 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
 template <class T> auto rr_bwd_long_kernel_for(bool w, bool ws) {
   return w && ws ? rr_bwd_long_kernel<T, kLongNs<T>, true> : rr_bwd_long_kernel<T, kLongNs<T>, false>;
 }
+// rr_bwd_pipe_kernel's geometry (4 vectors per thread, a cluster of 2-16 CTAs of up to 512 threads), or none (fp32
+// rows over 131072 elements, rp::pipe_bwd() off).
+template <class T> rr::Geo rr_bwd_pipe_geo(int64_t N) {
+  if constexpr (sizeof(T) == 8) {
+    return {};
+  } else {
+    if (!rp::pipe_bwd()) return {};
+    rr::Geo g = rr::geometry(N, sizeof(T), kPipeNs, kLongCta, rr::target_tpr_bwd(), rr::kMaxCluster);
+    if (g.cluster == 1 || g.ns != kPipeNs) return {};
+    g.smem = LnPipeSmem<T>::bytes();
+    return g;
+  }
+}
+template <class T> auto rr_bwd_pipe_kernel_for(bool w, bool ws) {
+  return w && ws ? rr_bwd_pipe_kernel<T, true> : rr_bwd_pipe_kernel<T, false>;
+}
 // The long forward's kernel for ns vectors per thread (rr::long_fwd_geo), with weight and bias or not both.
 template <class T> auto rr_fwd_long_kernel_for(int ns, bool w, bool b) {
   if (ns == 4) return w && b ? rr_fwd_long_kernel<T, 4, true> : rr_fwd_long_kernel<T, 4, false>;
@@ -643,9 +750,11 @@ extern "C" int64_t myops_layer_norm_backward_ws_cuda(myops_operand dy, myops_ope
     const rr::Geo g = rr_bwd_geo<T>(N);
     const bool ok = rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T));
     if constexpr (sizeof(T) != 8) {
-      const rr::Geo gl = rr_bwd_long_geo<T>(N);
+      const rr::Geo gl = rr_bwd_long_geo<T>(N), gp = rr_bwd_pipe_geo<T>(N);
       if (gl.ns && ok && rr::long_bwd(g.ns, N, sizeof(T))) {
-        rows_ = rr::owners(gl, rr::resident_grid(gl, rr_bwd_long_kernel_for<T>(w != nullptr, true), M));
+        const int64_t pgrid = gp.ns ? rr::resident_grid(gp, rr_bwd_pipe_kernel_for<T>(w != nullptr, true), M) : -1;
+        rows_ = pgrid > 0 ? rr::owners(gp, pgrid)
+                          : rr::owners(gl, rr::resident_grid(gl, rr_bwd_long_kernel_for<T>(w != nullptr, true), M));
         return (int)MYOPS_OK;
       }
     }
@@ -675,6 +784,17 @@ extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, my
       const rr::Geo gl = rr_bwd_long_geo<T>(N);
       if (gl.ns && rr::long_bwd(g.ns, N, es) && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
         if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;  // the workspace was sized for this
+        const rr::Geo gp = rr_bwd_pipe_geo<T>(N);
+        if (gp.ns) {
+          const auto pkernel = rr_bwd_pipe_kernel_for<T>(w != nullptr, ws != nullptr);
+          const int64_t pgrid = rr::resident_grid(gp, pkernel, M);
+          if (pgrid > 0)
+            return rr::launch(gp, pgrid, pkernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr),
+                              dx.row_stride, static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
+                              static_cast<const T*>(x.ptr), x.row_stride, static_cast<const acc_t<T>*>(mean),
+                              static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N,
+                              (acc_t<T>)(1.0 / N), gp.tpr);
+        }
         const auto kernel = rr_bwd_long_kernel_for<T>(w != nullptr, ws != nullptr);
         const int64_t grid = rr::resident_grid(gl, kernel, M);
         if (grid < 0) return (int)MYOPS_EARG;

@@ -9,7 +9,7 @@
 //                          dw = sum over rows of dy * s * r     (per-row-group partials in a workspace)
 //                          (r: the saved rstd on the register path; recomputed in fp64 by the rows.cuh engine)
 #pragma once
-#include "regrow.cuh"
+#include "rowpipe.cuh"
 
 namespace myops {
 namespace rms {
@@ -382,6 +382,95 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   if (hws) dws.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
 }
 
+// The long-row backward as a pipeline (rowpipe.cuh; layer_norm.cu's rr_bwd_pipe_kernel has the shape): dy and s
+// three rows ahead in shared memory, the weight beside them, the dw sums of a thread's 4 slots in its registers, row
+// j + 1's first pass while row j's sum crosses the cluster. ds_out (ADD) is read in the second pass, its slots'
+// loads issued before the first is used.
+constexpr int kPipeNs = 4, kPipeStages = 3;
+template <class T> using RmsPipe = rp::Pipe<T, kPipeNs, kLongCta, 2, kPipeStages>;  // dy, s
+template <class T> using RmsPipeSmem = rp::Smem<RmsPipe<T>, rr::ColParam<T, kPipeNs, kLongCta>>;
+template <class T, bool ADD, bool AFF>
+__global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict__ dx, int64_t dxs,           // [M, N]
+                                                                  acc_t<T>* __restrict__ ws,               // [owners, N]
+                                                                  const T* __restrict__ dy, int64_t dys,    // [M, N]
+                                                                  const T* __restrict__ sx, int64_t sxs,    // [M, N]
+                                                                  const T* __restrict__ dso, int64_t dsos,  // [M, N]
+                                                                  const acc_t<T>* __restrict__ rstd,        // [M]
+                                                                  const T* __restrict__ w,                  // [N] or null
+                                                                  int64_t M, int N, acc_t<T> inv_n, int tpr) {
+  using A = acc_t<T>;
+  constexpr int NS = kPipeNs, VEC = 16 / sizeof(T);
+  using L = RmsPipeSmem<T>;
+  extern __shared__ __align__(128) unsigned char pipe_smem[];
+  RmsPipe<T> pipe(pipe_smem, L::bars(pipe_smem));
+  const rr::ColParam<T, NS, kLongCta> wsm(L::param(pipe_smem));
+  rp::SplitReduce red(L::reduce(pipe_smem));
+  const rr::Lane l(tpr);
+  const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr, hds = ADD && dso != nullptr;
+  const T* const base[2] = {dy, sx};
+  const int64_t rstr[2] = {dys, sxs};
+  rp::setup(pipe, red, base, rstr, l.first(), l.step(), M, N, tpr);
+  if (hw) wsm.fill(w, N, l.t, tpr);
+  rp::cluster_sync();  // every CTA's mbarriers exist before any remote send
+  A dw[NS][VEC];
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) dw[s][e] = A(0);
+  const auto stats = [&](int64_t r) { return rstd[r]; };
+  // row r's first pass from stage b: its dw terms and its sum of g w s
+  const auto pass1 = [&](int b, int64_t, A rs) {
+    A dot = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A g[VEC], xv[VEC], wv[VEC];
+      pipe.get(b, 0, s, g);
+      pipe.get(b, 1, s, xv);
+      if (hw) wsm.get(s, wv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if (hws) dw[s][e] += g[e] * xv[e] * rs;
+        dot += (hw ? mul_rn(g[e], wv[e]) : g[e]) * xv[e];
+      }
+    }
+    return float2{dot, 0.f};
+  };
+  // row r's ds from stage b and the row's total
+  const auto pass2 = [&](int b, int64_t r, A rs, float2 tot) {
+    const A k = tot.x * inv_n * rs * rs;
+    uint4 dq[NS];
+    if (hds) {
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+        if (c < N) dq[s] = *reinterpret_cast<const uint4*>(dso + r * dsos + c);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A g[VEC], xv[VEC], wv[VEC], d[VEC];
+      pipe.get(b, 0, s, g);
+      pipe.get(b, 1, s, xv);
+      if (hw) wsm.get(s, wv);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) d[e] = rs * ((hw ? mul_rn(g[e], wv[e]) : g[e]) - xv[e] * k);
+      if (hds) {
+        const uint32_t du[4] = {dq[s].x, dq[s].y, dq[s].z, dq[s].w};
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) d[e] += rr::word_elem<T>(du[VEC == 4 ? e : e >> 1], VEC == 4 ? 0 : e & 1);
+      }
+      rr::store(dx + r * dxs, c, d);
+    }
+  };
+  pipe.run(base, rstr, l.first(), l.step(), M, N, tpr, red, stats, pass1, pass2);
+  if (hws) rp::store_sums<T, NS>(ws + l.owner() * N, dw, N, l.t, tpr);
+  rp::cluster_sync();  // no CTA exits while another may still send to it
+}
+
 // The forward on long rows (rr::long_fwd): a persistent grid of clusters of up to kLongCta threads, NS vectors per
 // thread; each cluster takes rows first, first + clusters, ... and loads the next row into registers before it
 // reduces the current one, so HBM stays busy through the cluster reduction and the output pass, and reads the weight
@@ -477,6 +566,22 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
     return g;
   }
 }
+// rr_bwd_pipe_kernel's geometry (4 vectors per thread, a cluster of 2-16 CTAs of up to 512 threads), or none (fp32
+// rows over 131072 elements, rp::pipe_bwd() off).
+template <class T> rr::Geo rr_bwd_pipe_geo(int64_t N) {
+  if constexpr (sizeof(T) == 8) {
+    return {};
+  } else {
+    if (!rp::pipe_bwd()) return {};
+    rr::Geo g = rr::geometry(N, sizeof(T), kPipeNs, kLongCta, rr::target_tpr_bwd(), rr::kMaxCluster);
+    if (g.cluster == 1 || g.ns != kPipeNs) return {};
+    g.smem = RmsPipeSmem<T>::bytes();
+    return g;
+  }
+}
+template <class T, bool ADD> auto rr_bwd_pipe_kernel_for(bool dw) {
+  return dw ? rr_bwd_pipe_kernel<T, ADD, true> : rr_bwd_pipe_kernel<T, ADD, false>;
+}
 // The long kernel with a weight and dw (AFF) or without; its grid and the launch must agree.
 template <class T, bool ADD> auto rr_bwd_long_kernel_for(bool dw) {
   return dw ? rr_bwd_long_kernel<T, kLongNs<T>, ADD, true> : rr_bwd_long_kernel<T, kLongNs<T>, ADD, false>;
@@ -564,6 +669,14 @@ inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand
     const bool ok = rr::operands_ok({dy, s, add ? ds_out : s}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T));
     if constexpr (sizeof(T) != 8) {
       if (gl.ns && ok && rr::long_bwd(g.ns, N, sizeof(T))) {
+        const rr::Geo gp = rr_bwd_pipe_geo<T>(N);
+        const int64_t pgrid = !gp.ns ? -1
+                              : add  ? rr::resident_grid(gp, rr_bwd_pipe_kernel_for<T, true>(true), M)
+                                     : rr::resident_grid(gp, rr_bwd_pipe_kernel_for<T, false>(true), M);
+        if (pgrid > 0) {
+          rows_ = rr::owners(gp, pgrid);
+          return (int)MYOPS_OK;
+        }
         const int64_t grid = add ? rr::resident_grid(gl, rr_bwd_long_kernel_for<T, true>(true), M)
                                  : rr::resident_grid(gl, rr_bwd_long_kernel_for<T, false>(true), M);
         rows_ = rr::owners(gl, grid);
@@ -598,6 +711,17 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
           rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
         if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;  // the workspace was sized for this
         if (ws != nullptr && w == nullptr) return (int)MYOPS_EARG;  // dw without a weight: never asked for
+        const rr::Geo gp = rr_bwd_pipe_geo<T>(N);
+        if (gp.ns) {
+          const auto pkernel = rr_bwd_pipe_kernel_for<T, ADD>(ws != nullptr);
+          const int64_t pgrid = rr::resident_grid(gp, pkernel, M);
+          if (pgrid > 0)
+            return rr::launch(gp, pgrid, pkernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr),
+                              dx.row_stride, static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
+                              static_cast<const T*>(s.ptr), s.row_stride, static_cast<const T*>(ds_out.ptr),
+                              ds_out.row_stride, static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M,
+                              (int)N, (acc_t<T>)(1.0 / N), gp.tpr);
+        }
         const auto kernel = rr_bwd_long_kernel_for<T, ADD>(ws != nullptr);
         const int64_t grid = rr::resident_grid(gl, kernel, M);
         if (grid < 0) return (int)MYOPS_EARG;

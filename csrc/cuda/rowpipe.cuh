@@ -1,0 +1,279 @@
+// rowpipe.cuh: a software pipeline for the norms' long-row backward (rows split over a cluster, the per-column sums
+// of the weight gradients held in registers).
+//
+// Each CTA of a cluster owns a column slice of every row it takes (regrow.cuh's layout: slot s of CTA rank k is the
+// contiguous chunk of columns (s * tpr + k * blockDim) * VEC, blockDim 16-byte vectors). The operands' slices of row
+// j arrive by the bulk copy engine (cp.async.bulk, one copy per operand and slot, completing on stage j % STAGES's
+// "full" mbarrier), STAGES rows ahead, without registers or L1: the CTA's registers hold the per-column sums instead
+// (rr_bwd_long_kernel kept them in shared memory and the next row in registers, one 512-thread CTA per SM, and
+// left HBM idle through each row's passes and cluster reduction). A stage is refilled once every warp has read it
+// (its "empty" mbarrier, one arrival per warp).
+//
+// A row's two sums cross the cluster by SplitReduce: send(j) (after row j's first pass) and take(j) (before its
+// second pass) are apart, so a kernel runs row j + 1's first pass while row j's reduction is in flight:
+//
+//   stages:  | row j: second pass | row j + 1: first pass | rows j + 2 ...: in flight |
+//
+// Shapes (shared memory): stages [STAGES][OPS][NS][CTA] 16-byte slots (a warp's accesses contiguous: no bank
+// conflicts), then the reduction's slots and every mbarrier.
+#pragma once
+#include "regrow.cuh"
+
+namespace myops {
+namespace rp {
+
+// MYOPS_ROW_PIPE_BWD=0 keeps the norms' long-row backward on rr_bwd_long_kernel (A/B; read once).
+inline bool pipe_bwd() {
+  static const int v = rr::env_knob("MYOPS_ROW_PIPE_BWD", 1, [](int m) { return m == 0 || m == 1; });
+  return v == 1;
+}
+
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.aligned;\n" ::: "memory");
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+}
+
+struct SplitReduce;
+
+// Row j's slices of OPS [M, N] operands in STAGES shared-memory stages of NS slots of CTA threads.
+template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
+  static constexpr int VEC = 16 / sizeof(T);
+  static constexpr int kStageBytes = OPS * NS * CTA * 16;
+  static constexpr int bytes() { return STAGES * kStageBytes; }
+  static constexpr int bar_bytes() { return 2 * STAGES * 8; }
+  unsigned char* smem;  // bytes()
+  unsigned bars;        // full[STAGES], then empty[STAGES]
+  unsigned tx = 0;      // bytes of one row's slices in this CTA (thread 0)
+
+  // bar: bar_bytes() of shared memory, 8-byte aligned. Thread 0 initializes (before the kernel's cluster barrier).
+  __device__ Pipe(unsigned char* s, unsigned char* bar) : smem(s), bars(rr::smem_addr(bar)) {}
+  __device__ void init(int N, int tpr) {
+    for (int b = 0; b < STAGES; ++b) {
+      mbar_init(full(b), 1);
+      mbar_init(empty(b), blockDim.x / 32);
+    }
+    for (int s = 0; s < NS; ++s) tx += chunk(s, N, tpr);
+    tx *= OPS;
+  }
+  __device__ __forceinline__ unsigned full(int b) const { return bars + 8 * b; }
+  __device__ __forceinline__ unsigned empty(int b) const { return bars + 8 * (STAGES + b); }
+  // Bytes of slot s's chunk of this CTA (0 past N; the last chunk may be partial).
+  __device__ __forceinline__ static unsigned chunk(int s, int N, int tpr) {
+    const int64_t c0 = ((int64_t)s * tpr + (int64_t)rr::cluster_rank() * blockDim.x) * VEC;
+    const int64_t n = (int64_t)N - c0;
+    return n <= 0 ? 0u : (unsigned)(std::min<int64_t>(n, (int64_t)blockDim.x * VEC) * sizeof(T));
+  }
+  // This thread's slot s of operand op in stage b.
+  __device__ __forceinline__ uint4 get(int b, int op, int s) const {
+    return reinterpret_cast<const uint4*>(smem)[((b * OPS + op) * NS + s) * CTA + threadIdx.x];
+  }
+  // This thread's slot s of operand op in stage b, converted to acc_t.
+  __device__ __forceinline__ void get(int b, int op, int s, acc_t<T> (&x)[VEC]) const {
+    const uint4 q = get(b, op, s);
+    const uint32_t u[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) x[e] = VEC == 4 ? rr::word_elem<T>(u[e], 0) : rr::word_elem<T>(u[e >> 1], e & 1);
+  }
+  // Thread 0: copies row `row` of each operand (base[op] + row * rs[op]) into stage b.
+  __device__ __forceinline__ void issue(int b, const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t row,
+                                        int N, int tpr) const {
+    mbar_expect(full(b), tx);
+    const int64_t c0 = (int64_t)rr::cluster_rank() * blockDim.x * VEC;
+#pragma unroll
+    for (int op = 0; op < OPS; ++op) {
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const unsigned n = chunk(s, N, tpr);
+        if (n == 0) break;
+        const unsigned dst = rr::smem_addr(smem + (size_t)((b * OPS + op) * NS + s) * CTA * 16);
+        const T* src = base[op] + row * rs[op] + c0 + (int64_t)s * tpr * VEC;
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+            "l"(src), "r"(n), "r"(full(b))
+            : "memory");
+      }
+    }
+  }
+  // Every thread: waits until stage b holds its row (phase parity `ph`).
+  __device__ __forceinline__ void wait(int b, unsigned ph) const { rr::mbar_wait(full(b), ph); }
+  // Every thread, once it has read stage b: the warp's arrival on its empty barrier.
+  __device__ __forceinline__ void release(int b) const {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive(empty(b));
+  }
+  // Thread 0, before refilling stage b: waits until every warp released it (phase parity `ph`).
+  __device__ __forceinline__ void wait_empty(int b, unsigned ph) const { rr::mbar_wait(empty(b), ph); }
+
+  // Rows of a cluster: first + j * step for j < rows(...).
+  __device__ __forceinline__ static int64_t rows(int64_t first, int64_t step, int64_t M) {
+    return first < M ? (M - 1 - first) / step + 1 : 0;
+  }
+  // Thread 0, after init: starts the copies of the cluster's first STAGES rows.
+  __device__ __forceinline__ void start(const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t first,
+                                        int64_t step, int64_t M, int N, int tpr) const {
+    const int64_t n = rows(first, step, M);
+    for (int j = 0; j < STAGES && j < n; ++j) issue(j, base, rs, first + j * step, N, tpr);
+  }
+  // Every thread: the row loop. stats(r): row r's saved statistics (loaded two rows ahead, so that the loads' latency
+  // hides behind a pass); pass1(b, r, st) -> float2: row r's first pass over stage b, returning the thread's two
+  // partial sums (sent to the cluster); pass2(b, r, st, tot): row r's second pass, with the cluster's totals. Row
+  // j + 1's first pass runs before row j's second (its sums cross the cluster meanwhile).
+  template <class Stats, class Pass1, class Pass2>
+  __device__ __forceinline__ void run(const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t first,
+                                      int64_t step, int64_t M, int N, int tpr, const SplitReduce& red, Stats stats,
+                                      Pass1 pass1, Pass2 pass2) const;
+};
+
+// A row's pair of sums over the cluster, sent and taken apart (at most four rows outstanding: 4 slot sets).
+// send: each warp's total goes to a local slot and the warp arrives on the set's local mbarrier; warp 0 waits for
+// all warps, totals the CTA's slots in a fixed order and sends the CTA total (st.async) into its slot of every CTA of
+// the cluster, counted in bytes on that CTA's mbarrier of the set. take: waits for the cluster's bytes and totals the
+// CTA slots in the same order in every CTA (the same bits everywhere).
+// Set reuse: a CTA sends row j + 4 only after every warp took row j + 2, which needed every CTA's send of row j + 2,
+// sent after all that CTA's warps finished row j + 2's first pass, hence after they took row j (program order). So
+// no CTA's set j % 4 (slots or mbarrier phase) is overwritten before it has been taken.
+struct SplitReduce {
+  static constexpr int kSets = 4, kWarps = 32, kCtas = 16;
+  static constexpr int bytes() { return kSets * (kWarps + kCtas) * 8 + 2 * kSets * 8; }
+  float2* loc;   // [kSets][kWarps] warp totals of this CTA
+  float2* rem;   // [kSets][kCtas] CTA totals of the cluster
+  unsigned bars; // loc_bar[kSets], rem_bar[kSets]
+  __device__ explicit SplitReduce(unsigned char* s)
+      : loc(reinterpret_cast<float2*>(s)),
+        rem(reinterpret_cast<float2*>(s) + kSets * kWarps),
+        bars(rr::smem_addr(s + kSets * (kWarps + kCtas) * 8)) {}
+  __device__ __forceinline__ unsigned loc_bar(int k) const { return bars + 8 * k; }
+  __device__ __forceinline__ unsigned rem_bar(int k) const { return bars + 8 * (kSets + k); }
+  __device__ void init() {  // thread 0
+    for (int k = 0; k < kSets; ++k) {
+      mbar_init(loc_bar(k), blockDim.x / 32);
+      mbar_init(rem_bar(k), 1);
+    }
+  }
+  // The warp total of (a, b): lanes 0-15 reduce a, 16-31 b (each shuffle carries one value per lane); lane 0 gets
+  // both.
+  __device__ __forceinline__ static float2 warp_total(float a, float b) {
+    const int hi = (threadIdx.x >> 4) & 1;
+    float x = (hi ? b : a) + rr::shfl_xor(hi ? a : b, 16);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) x += rr::shfl_xor(x, o);
+    return make_float2(x, __shfl_sync(0xffffffffu, x, 16));
+  }
+  __device__ __forceinline__ void send(unsigned j, float a, float b) const {
+    const int k = j % kSets, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const float2 v = warp_total(a, b);
+    if (lane == 0) {
+      loc[k * kWarps + warp] = v;
+      mbar_arrive(loc_bar(k));  // (release: the slot is visible to warp 0 once it sees the phase)
+    }
+    if (warp != 0) return;
+    rr::mbar_wait(loc_bar(k), (j / kSets) & 1);
+    const float2 p = lane < nw ? loc[k * kWarps + lane] : make_float2(0.f, 0.f);
+    const float2 t = warp_total(p.x, p.y);
+    const int ctas = (int)rr::cluster_size();
+    if (lane == 0) mbar_expect(rem_bar(k), ctas * 8);
+    if (lane < ctas) {
+      const unsigned dst = rr::map_rank(rr::smem_addr(rem + k * kCtas + rr::cluster_rank()), lane);
+      rr::send_remote(dst, t, rr::map_rank(rem_bar(k), lane));
+    }
+  }
+  __device__ __forceinline__ float2 take(unsigned j) const {
+    const int k = j % kSets, lane = threadIdx.x & 31, i = lane & 15;
+    rr::mbar_wait(rem_bar(k), (j / kSets) & 1);
+    const int ctas = (int)rr::cluster_size();
+    const float2 p = i < ctas ? rem[k * kCtas + i] : make_float2(0.f, 0.f);
+    float x = lane < 16 ? p.x : p.y;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) x += rr::shfl_xor(x, o);
+    return make_float2(__shfl_sync(0xffffffffu, x, 0), __shfl_sync(0xffffffffu, x, 16));
+  }
+};
+
+// Writes a thread's per-column sums of its NS slots to `row` (a workspace row of N, 16-byte stores).
+template <class T, int NS>
+__device__ __forceinline__ void store_sums(float* __restrict__ row, const float (&a)[NS][16 / sizeof(T)], int N, int t,
+                                           int tpr) {
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    const int c = rr::Regs<T, NS>::col(s, t, tpr);
+    if (c >= N) break;
+#pragma unroll
+    for (int e = 0; e < 16 / (int)sizeof(T); e += 4)
+      *reinterpret_cast<float4*>(row + c + e) = make_float4(a[s][e], a[s][e + 1], a[s][e + 2], a[s][e + 3]);
+  }
+}
+
+// A pipelined kernel's shared memory: P's stages, one per-column parameter vector (the weight, rr::ColParam), the
+// reduction, P's mbarriers.
+template <class P, class W> struct Smem {
+  static constexpr int bytes() { return P::bytes() + W::bytes() + SplitReduce::bytes() + P::bar_bytes(); }
+  __device__ static unsigned char* param(unsigned char* s) { return s + P::bytes(); }
+  __device__ static unsigned char* reduce(unsigned char* s) { return s + P::bytes() + W::bytes(); }
+  __device__ static unsigned char* bars(unsigned char* s) { return reduce(s) + SplitReduce::bytes(); }
+};
+
+// Thread 0 of each CTA of a pipelined kernel, first: the mbarriers, then the first rows' copies (the kernel's cluster
+// barrier follows, before any remote send).
+template <class P, class T, int OPS>
+__device__ __forceinline__ void setup(P& pipe, SplitReduce& red, const T* const (&base)[OPS],
+                                      const int64_t (&rs)[OPS], int64_t first, int64_t step, int64_t M, int N,
+                                      int tpr) {
+  if (threadIdx.x != 0) return;
+  pipe.init(N, tpr);
+  red.init();
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  pipe.start(base, rs, first, step, M, N, tpr);
+}
+
+template <class T, int NS, int CTA, int OPS, int STAGES>
+template <class Stats, class Pass1, class Pass2>
+__device__ __forceinline__ void Pipe<T, NS, CTA, OPS, STAGES>::run(const T* const (&base)[OPS],
+                                                                   const int64_t (&rs)[OPS], int64_t first,
+                                                                   int64_t step, int64_t M, int N, int tpr,
+                                                                   const SplitReduce& red, Stats stats, Pass1 pass1,
+                                                                   Pass2 pass2) const {
+  using St = decltype(stats(int64_t(0)));
+  const int64_t n = rows(first, step, M);
+  if (n <= 0) return;
+  St st = stats(first), st_n = n > 1 ? stats(first + step) : St{};
+  wait(0, 0);
+  float2 p = pass1(0, first, st);
+  red.send(0, p.x, p.y);
+  int b = 0;
+  unsigned ph = 0;  // stage b's phase parity for row j
+  int64_t r = first;
+  for (int64_t j = 0; j < n; ++j, r += step) {
+    const int bn = b + 1 == STAGES ? 0 : b + 1;
+    const unsigned phn = bn == 0 ? ph ^ 1u : ph;
+    const St st_nn = j + 2 < n ? stats(r + 2 * step) : St{};
+    if (j + 1 < n) {
+      wait(bn, phn);
+      p = pass1(bn, r + step, st_n);
+      red.send((unsigned)(j + 1), p.x, p.y);
+    }
+    pass2(b, r, st, red.take((unsigned)j));
+    if (j + STAGES < n) {  // stage b takes row j + STAGES once every warp has read it
+      release(b);
+      if (threadIdx.x == 0) {
+        wait_empty(b, ph);
+        issue(b, base, rs, r + STAGES * step, N, tpr);
+      }
+    }
+    st = st_n;
+    st_n = st_nn;
+    b = bn;
+    ph = phn;
+  }
+}
+
+}  // namespace rp
+}  // namespace myops
