@@ -374,7 +374,8 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
   }
 }
 
-// Rows too long for rr_bwd_kernel's registers (its per-column sums and the next row's prefetch): kLongNs vectors
+// Rows too long for rr_bwd_kernel's registers (its per-column sums and the next row's prefetch) that the pipelined
+// kernel below does not take (fp32 rows over 131072 elements; MYOPS_ROW_PIPE_BWD=0): kLongNs vectors
 // per thread (4 16-bit, 8 fp32) in CTAs of up to kLongCta threads of a cluster of up to 16 hold dy and x of a row
 // (262144 elements); the dw and db sums of a thread's columns live in its own shared-memory slots (rr::ColSums, no
 // barrier: each thread touches only its own), 128 KB per CTA, so one CTA runs per SM. 16-bit types also hold the next
@@ -463,13 +464,14 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
 }
 
 // The long-row backward as a pipeline (rowpipe.cuh), for rows that a cluster of up to 16 CTAs of 512 threads of 4
-// vectors holds: dy and x arrive by the bulk copy engine three rows ahead into shared memory (3 x 64 KB), the weight
-// sits beside them (32 KB), and the dw and db sums of a thread's 4 slots stay in its registers (64 of them). Row j + 1's
-// first pass runs while row j's sums cross the cluster; row j's second pass follows. One CTA per SM.
-constexpr int kPipeNs = 4, kPipeStages = 3;
-template <class T> using LnPipe = rp::Pipe<T, kPipeNs, kLongCta, 2, kPipeStages>;  // dy, x
-template <class T> using LnPipeSmem = rp::Smem<LnPipe<T>, rr::ColParam<T, kPipeNs, kLongCta>>;
-template <class T, bool AFF>
+// vectors holds (rp::takes says which): dy and x arrive by the bulk copy engine into three stages of shared memory
+// (3 x 64 KB), the weight sits beside them (32 KB), and the dw and db sums of a thread's 4 slots stay in its registers
+// (64 of them). Row j + 1's first pass runs while row j's sums cross the cluster; row j's second pass follows. One CTA
+// per SM. H200 forward+backward, % of copy, rr_bwd_long_kernel -> this kernel: bf16 N = 65536 67.6 -> 75.8,
+// N = 262144 60.0 -> 70.9 (Nsight Compute at N = 262144: 55.6% of DRAM bandwidth, 25 instructions per element, a
+// quarter of the stall samples waiting for a stage's copies).
+template <class T, int NS> using LnFit = rp::Fit<T, NS, kLongCta, 2>;  // dy, x
+template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
                                                                   acc_t<T>* __restrict__ ws,             // [2, owners, N]
                                                                   const T* __restrict__ dy, int64_t dys,  // [M, N]
@@ -479,10 +481,10 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
                                                                   const T* __restrict__ w,                // [N] or null
                                                                   int64_t M, int N, acc_t<T> inv_n, int tpr) {
   using A = acc_t<T>;
-  constexpr int NS = kPipeNs, VEC = 16 / sizeof(T);
-  using L = LnPipeSmem<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  using L = typename LnFit<T, NS>::S;
   extern __shared__ __align__(128) unsigned char pipe_smem[];
-  LnPipe<T> pipe(pipe_smem, L::bars(pipe_smem));
+  typename LnFit<T, NS>::P pipe(pipe_smem, L::bars(pipe_smem));
   const rr::ColParam<T, NS, kLongCta> wsm(L::param(pipe_smem));
   rp::SplitReduce red(L::reduce(pipe_smem));
   const rr::Lane l(tpr);
@@ -654,21 +656,21 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
 template <class T> auto rr_bwd_long_kernel_for(bool w, bool ws) {
   return w && ws ? rr_bwd_long_kernel<T, kLongNs<T>, true> : rr_bwd_long_kernel<T, kLongNs<T>, false>;
 }
-// rr_bwd_pipe_kernel's geometry (4 vectors per thread, a cluster of 2-16 CTAs of up to 512 threads), or none (fp32
-// rows over 131072 elements, rp::pipe_bwd() off).
-template <class T> rr::Geo rr_bwd_pipe_geo(int64_t N) {
+// rr_bwd_pipe_kernel's geometry (4 vectors per thread, a cluster of 2-16 CTAs of up to 512 threads) where the row
+// takes it (rp::takes; fp32 rows too: H200 forward+backward, % of copy, the register kernel -> the pipeline, N = 24576
+// 73.7 -> 90.0, N = 32768 75.8 -> 85.3, N = 65536 80.9 -> 87.1), else none (also fp32 rows over 131072 elements).
+template <class T> rr::Geo rr_bwd_pipe_geo(int64_t N, bool regs_hold) {
   if constexpr (sizeof(T) == 8) {
     return {};
   } else {
-    if (!rp::pipe_bwd()) return {};
-    rr::Geo g = rr::geometry(N, sizeof(T), kPipeNs, kLongCta, rr::target_tpr_bwd(), rr::kMaxCluster);
-    if (g.cluster == 1 || g.ns != kPipeNs) return {};
-    g.smem = LnPipeSmem<T>::bytes();
+    if (!rp::takes(regs_hold, N, sizeof(T), true)) return {};
+    rr::Geo g = rp::geometry(N, sizeof(T), kLongCta);
+    if (g.ns) g.smem = LnFit<T, 4>::S::bytes();
     return g;
   }
 }
 template <class T> auto rr_bwd_pipe_kernel_for(bool w, bool ws) {
-  return w && ws ? rr_bwd_pipe_kernel<T, true> : rr_bwd_pipe_kernel<T, false>;
+  return w && ws ? rr_bwd_pipe_kernel<T, 4, true> : rr_bwd_pipe_kernel<T, 4, false>;
 }
 // The long forward's kernel for ns vectors per thread (rr::long_fwd_geo), with weight and bias or not both.
 template <class T> auto rr_fwd_long_kernel_for(int ns, bool w, bool b) {
@@ -750,11 +752,14 @@ extern "C" int64_t myops_layer_norm_backward_ws_cuda(myops_operand dy, myops_ope
     const rr::Geo g = rr_bwd_geo<T>(N);
     const bool ok = rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T));
     if constexpr (sizeof(T) != 8) {
-      const rr::Geo gl = rr_bwd_long_geo<T>(N), gp = rr_bwd_pipe_geo<T>(N);
+      const rr::Geo gp = rr_bwd_pipe_geo<T>(N, g.ns != 0), gl = rr_bwd_long_geo<T>(N);
+      const int64_t pgrid = gp.ns && ok ? rr::resident_grid(gp, rr_bwd_pipe_kernel_for<T>(w != nullptr, true), M) : -1;
+      if (pgrid > 0) {
+        rows_ = rr::owners(gp, pgrid);
+        return (int)MYOPS_OK;
+      }
       if (gl.ns && ok && rr::long_bwd(g.ns, N, sizeof(T))) {
-        const int64_t pgrid = gp.ns ? rr::resident_grid(gp, rr_bwd_pipe_kernel_for<T>(w != nullptr, true), M) : -1;
-        rows_ = pgrid > 0 ? rr::owners(gp, pgrid)
-                          : rr::owners(gl, rr::resident_grid(gl, rr_bwd_long_kernel_for<T>(w != nullptr, true), M));
+        rows_ = rr::owners(gl, rr::resident_grid(gl, rr_bwd_long_kernel_for<T>(w != nullptr, true), M));
         return (int)MYOPS_OK;
       }
     }
@@ -781,20 +786,22 @@ extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, my
     constexpr int es = sizeof(T);
     const rr::Geo g = rr_bwd_geo<T>(N);
     if constexpr (es != 8) {
+      const rr::Geo gp = rr_bwd_pipe_geo<T>(N, g.ns != 0);
+      if (gp.ns && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
+        const auto pkernel = rr_bwd_pipe_kernel_for<T>(w != nullptr, ws != nullptr);
+        const int64_t pgrid = rr::resident_grid(gp, pkernel, M);
+        if (pgrid > 0) {
+          if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;  // the workspace was sized for this
+          return rr::launch(gp, pgrid, pkernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr),
+                            dx.row_stride, static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
+                            static_cast<const T*>(x.ptr), x.row_stride, static_cast<const acc_t<T>*>(mean),
+                            static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N,
+                            (acc_t<T>)(1.0 / N), gp.tpr);
+        }
+      }
       const rr::Geo gl = rr_bwd_long_geo<T>(N);
       if (gl.ns && rr::long_bwd(g.ns, N, es) && rr::operands_ok({dy, x}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
         if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;  // the workspace was sized for this
-        const rr::Geo gp = rr_bwd_pipe_geo<T>(N);
-        if (gp.ns) {
-          const auto pkernel = rr_bwd_pipe_kernel_for<T>(w != nullptr, ws != nullptr);
-          const int64_t pgrid = rr::resident_grid(gp, pkernel, M);
-          if (pgrid > 0)
-            return rr::launch(gp, pgrid, pkernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr),
-                              dx.row_stride, static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
-                              static_cast<const T*>(x.ptr), x.row_stride, static_cast<const acc_t<T>*>(mean),
-                              static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M, (int)N,
-                              (acc_t<T>)(1.0 / N), gp.tpr);
-        }
         const auto kernel = rr_bwd_long_kernel_for<T>(w != nullptr, ws != nullptr);
         const int64_t grid = rr::resident_grid(gl, kernel, M);
         if (grid < 0) return (int)MYOPS_EARG;

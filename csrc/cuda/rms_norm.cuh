@@ -302,7 +302,8 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
   }
 }
 
-// Rows too long for rr_bwd_kernel's registers (its per-column dw sums and the next row's prefetch): kLongNs vectors
+// Rows too long for rr_bwd_kernel's registers (its per-column dw sums and the next row's prefetch) that the pipelined
+// kernel below does not take (fp32 rows over 131072 elements; MYOPS_ROW_PIPE_BWD=0): kLongNs vectors
 // per thread (4 16-bit, 8 fp32) in CTAs of up to kLongCta threads of a cluster of up to 16 hold dy and x of a row
 // (262144 elements); the dw sums of a thread's columns live in its own shared-memory slots (rr::ColSums, no barrier:
 // each thread touches only its own), 64 KB per CTA, and so does the weight (rr::ColParam, 32 KB 16-bit, 64 KB fp32;
@@ -383,13 +384,12 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
 }
 
 // The long-row backward as a pipeline (rowpipe.cuh; layer_norm.cu's rr_bwd_pipe_kernel has the shape): dy and s
-// three rows ahead in shared memory, the weight beside them, the dw sums of a thread's 4 slots in its registers, row
+// in three stages of shared memory, the weight beside them, the dw sums of a thread's 4 slots in its registers, row
 // j + 1's first pass while row j's sum crosses the cluster. ds_out (ADD) is read in the second pass, its slots'
-// loads issued before the first is used.
-constexpr int kPipeNs = 4, kPipeStages = 3;
-template <class T> using RmsPipe = rp::Pipe<T, kPipeNs, kLongCta, 2, kPipeStages>;  // dy, s
-template <class T> using RmsPipeSmem = rp::Smem<RmsPipe<T>, rr::ColParam<T, kPipeNs, kLongCta>>;
-template <class T, bool ADD, bool AFF>
+// loads issued before the first is used. H200 forward+backward, % of copy, rr_bwd_long_kernel -> this kernel:
+// add_rms_norm bf16 N = 65536 96.7 -> 103.7, N = 262144 91.2 -> 100.2; rms_norm 84.1 -> 83.6, 78.7 -> 79.7.
+template <class T, int NS> using RmsFit = rp::Fit<T, NS, kLongCta, 2>;  // dy, s
+template <class T, int NS, bool ADD, bool AFF>
 __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict__ dx, int64_t dxs,           // [M, N]
                                                                   acc_t<T>* __restrict__ ws,               // [owners, N]
                                                                   const T* __restrict__ dy, int64_t dys,    // [M, N]
@@ -399,10 +399,10 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
                                                                   const T* __restrict__ w,                  // [N] or null
                                                                   int64_t M, int N, acc_t<T> inv_n, int tpr) {
   using A = acc_t<T>;
-  constexpr int NS = kPipeNs, VEC = 16 / sizeof(T);
-  using L = RmsPipeSmem<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  using L = typename RmsFit<T, NS>::S;
   extern __shared__ __align__(128) unsigned char pipe_smem[];
-  RmsPipe<T> pipe(pipe_smem, L::bars(pipe_smem));
+  typename RmsFit<T, NS>::P pipe(pipe_smem, L::bars(pipe_smem));
   const rr::ColParam<T, NS, kLongCta> wsm(L::param(pipe_smem));
   rp::SplitReduce red(L::reduce(pipe_smem));
   const rr::Lane l(tpr);
@@ -566,21 +566,22 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
     return g;
   }
 }
-// rr_bwd_pipe_kernel's geometry (4 vectors per thread, a cluster of 2-16 CTAs of up to 512 threads), or none (fp32
-// rows over 131072 elements, rp::pipe_bwd() off).
-template <class T> rr::Geo rr_bwd_pipe_geo(int64_t N) {
+// rr_bwd_pipe_kernel's geometry (4 vectors per thread, a cluster of 2-16 CTAs of up to 512 threads) where the row
+// takes it (rp::takes; fp32 rows the register kernel holds only for add_rms_norm: H200 forward+backward, % of copy,
+// the register kernel -> the pipeline at N = 65536, rms_norm 92.6 -> 88.5, add_rms_norm 105.8 -> 114.0), else none
+// (also fp32 rows over 131072 elements).
+template <class T, bool ADD> rr::Geo rr_bwd_pipe_geo(int64_t N, bool regs_hold) {
   if constexpr (sizeof(T) == 8) {
     return {};
   } else {
-    if (!rp::pipe_bwd()) return {};
-    rr::Geo g = rr::geometry(N, sizeof(T), kPipeNs, kLongCta, rr::target_tpr_bwd(), rr::kMaxCluster);
-    if (g.cluster == 1 || g.ns != kPipeNs) return {};
-    g.smem = RmsPipeSmem<T>::bytes();
+    if (!rp::takes(regs_hold, N, sizeof(T), ADD)) return {};
+    rr::Geo g = rp::geometry(N, sizeof(T), kLongCta);
+    if (g.ns) g.smem = RmsFit<T, 4>::S::bytes();
     return g;
   }
 }
 template <class T, bool ADD> auto rr_bwd_pipe_kernel_for(bool dw) {
-  return dw ? rr_bwd_pipe_kernel<T, ADD, true> : rr_bwd_pipe_kernel<T, ADD, false>;
+  return dw ? rr_bwd_pipe_kernel<T, 4, ADD, true> : rr_bwd_pipe_kernel<T, 4, ADD, false>;
 }
 // The long kernel with a weight and dw (AFF) or without; its grid and the launch must agree.
 template <class T, bool ADD> auto rr_bwd_long_kernel_for(bool dw) {
@@ -668,15 +669,15 @@ inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand
     const rr::Geo g = rr_bwd_geo<T>(N), gl = rr_bwd_long_geo<T>(N);
     const bool ok = rr::operands_ok({dy, s, add ? ds_out : s}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T));
     if constexpr (sizeof(T) != 8) {
+      const rr::Geo gp = add ? rr_bwd_pipe_geo<T, true>(N, g.ns != 0) : rr_bwd_pipe_geo<T, false>(N, g.ns != 0);
+      const int64_t pgrid = !gp.ns || !ok ? -1
+                            : add         ? rr::resident_grid(gp, rr_bwd_pipe_kernel_for<T, true>(true), M)
+                                          : rr::resident_grid(gp, rr_bwd_pipe_kernel_for<T, false>(true), M);
+      if (pgrid > 0) {
+        rows_ = rr::owners(gp, pgrid);
+        return (int)MYOPS_OK;
+      }
       if (gl.ns && ok && rr::long_bwd(g.ns, N, sizeof(T))) {
-        const rr::Geo gp = rr_bwd_pipe_geo<T>(N);
-        const int64_t pgrid = !gp.ns ? -1
-                              : add  ? rr::resident_grid(gp, rr_bwd_pipe_kernel_for<T, true>(true), M)
-                                     : rr::resident_grid(gp, rr_bwd_pipe_kernel_for<T, false>(true), M);
-        if (pgrid > 0) {
-          rows_ = rr::owners(gp, pgrid);
-          return (int)MYOPS_OK;
-        }
         const int64_t grid = add ? rr::resident_grid(gl, rr_bwd_long_kernel_for<T, true>(true), M)
                                  : rr::resident_grid(gl, rr_bwd_long_kernel_for<T, false>(true), M);
         rows_ = rr::owners(gl, grid);
@@ -706,22 +707,25 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
     const rr::Geo g = rr_bwd_geo<T>(N);
     const myops_operand ds_in = ADD ? ds_out : s;
     if constexpr (sizeof(T) != 8) {
+      const bool ok = rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es);
+      const rr::Geo gp = rr_bwd_pipe_geo<T, ADD>(N, g.ns != 0);
+      if (gp.ns && ok) {
+        const auto pkernel = rr_bwd_pipe_kernel_for<T, ADD>(ws != nullptr);
+        const int64_t pgrid = rr::resident_grid(gp, pkernel, M);
+        if (pgrid > 0) {
+          if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;  // the workspace was sized for this
+          if (ws != nullptr && w == nullptr) return (int)MYOPS_EARG;  // dw without a weight: never asked for
+          return rr::launch(gp, pgrid, pkernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr),
+                            dx.row_stride, static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
+                            static_cast<const T*>(s.ptr), s.row_stride, static_cast<const T*>(ds_out.ptr),
+                            ds_out.row_stride, static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M,
+                            (int)N, (acc_t<T>)(1.0 / N), gp.tpr);
+        }
+      }
       const rr::Geo gl = rr_bwd_long_geo<T>(N);
-      if (gl.ns && rr::long_bwd(g.ns, N, es) &&
-          rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es)) {
+      if (gl.ns && rr::long_bwd(g.ns, N, es) && ok) {
         if (!rr::operands_ok({}, {dx}, {}, M, N, es)) return (int)MYOPS_EARG;  // the workspace was sized for this
         if (ws != nullptr && w == nullptr) return (int)MYOPS_EARG;  // dw without a weight: never asked for
-        const rr::Geo gp = rr_bwd_pipe_geo<T>(N);
-        if (gp.ns) {
-          const auto pkernel = rr_bwd_pipe_kernel_for<T, ADD>(ws != nullptr);
-          const int64_t pgrid = rr::resident_grid(gp, pkernel, M);
-          if (pgrid > 0)
-            return rr::launch(gp, pgrid, pkernel, static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr),
-                              dx.row_stride, static_cast<acc_t<T>*>(ws), static_cast<const T*>(dy.ptr), dy.row_stride,
-                              static_cast<const T*>(s.ptr), s.row_stride, static_cast<const T*>(ds_out.ptr),
-                              ds_out.row_stride, static_cast<const acc_t<T>*>(rstd), static_cast<const T*>(w), M,
-                              (int)N, (acc_t<T>)(1.0 / N), gp.tpr);
-        }
         const auto kernel = rr_bwd_long_kernel_for<T, ADD>(ws != nullptr);
         const int64_t grid = rr::resident_grid(gl, kernel, M);
         if (grid < 0) return (int)MYOPS_EARG;

@@ -19,13 +19,37 @@
 #pragma once
 #include "regrow.cuh"
 
+// MYOPS_PIPE_STAGES=n: n stages instead of what fits in shared memory (A/B).
+#ifndef MYOPS_PIPE_STAGES
+#define MYOPS_PIPE_STAGES 0
+#endif
+
 namespace myops {
 namespace rp {
 
-// MYOPS_ROW_PIPE_BWD=0 keeps the norms' long-row backward on rr_bwd_long_kernel (A/B; read once).
-inline bool pipe_bwd() {
-  static const int v = rr::env_knob("MYOPS_ROW_PIPE_BWD", 1, [](int m) { return m == 0 || m == 1; });
-  return v == 1;
+// MYOPS_ROW_PIPE_BWD: 1 (default) the policy of takes() below, 0 never the pipelined kernels (A/B), 2 every row they
+// hold (tuning). Read once.
+inline int pipe_mode() {
+  static const int v = rr::env_knob("MYOPS_ROW_PIPE_BWD", 1, [](int m) { return m >= 0 && m <= 2; });
+  return v;
+}
+// Whether a norm's backward takes its pipelined kernel (where that kernel's geometry holds the row): every row the
+// long kernel would take (rr::long_bwd: every 16-bit row over one CTA's 16384 elements, rows the register kernel
+// cannot hold, or MYOPS_ROW_LONG_BWD's), and fp32 rows that the register kernel holds where the op measured the
+// pipeline faster (fp32).
+inline bool takes(bool regs_hold, int64_t N, int elem, bool fp32) {
+  const int m = pipe_mode();
+  if (m != 1) return m == 2;
+  return rr::long_bwd(regs_hold, N, elem) || (elem == 4 && fp32);
+}
+// The pipelined kernels' geometry for a row of N (ns = 0: none): 4 vectors per thread in a cluster of 2-16 CTAs of up
+// to `cta` threads (16-bit rows up to 262144 elements, fp32 up to 131072). 2 vectors per thread (twice the CTAs, 6
+// stages of 32 KB) measured slower where they hold the row (H200 forward+backward, % of copy, 4 -> 2 vectors:
+// layer_norm bf16 N = 65536 77.0 -> 69.5, fp32 87.6 -> 81.2, rms_norm bf16 84.0 -> 76.6, add_rms_norm bf16 106.0 ->
+// 99.6; fp32 N = 24576 layer_norm 90.4 -> 80.4).
+inline rr::Geo geometry(int64_t N, int elem, int cta) {
+  const rr::Geo g = rr::geometry(N, elem, 4, cta, rr::target_tpr_bwd(), rr::kMaxCluster);
+  return g.ns == 4 && g.cluster > 1 ? g : rr::Geo{};
 }
 
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
@@ -52,17 +76,14 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
   static constexpr int bar_bytes() { return 2 * STAGES * 8; }
   unsigned char* smem;  // bytes()
   unsigned bars;        // full[STAGES], then empty[STAGES]
-  unsigned tx = 0;      // bytes of one row's slices in this CTA (thread 0)
 
   // bar: bar_bytes() of shared memory, 8-byte aligned. Thread 0 initializes (before the kernel's cluster barrier).
   __device__ Pipe(unsigned char* s, unsigned char* bar) : smem(s), bars(rr::smem_addr(bar)) {}
-  __device__ void init(int N, int tpr) {
+  __device__ void init() {
     for (int b = 0; b < STAGES; ++b) {
       mbar_init(full(b), 1);
       mbar_init(empty(b), blockDim.x / 32);
     }
-    for (int s = 0; s < NS; ++s) tx += chunk(s, N, tpr);
-    tx *= OPS;
   }
   __device__ __forceinline__ unsigned full(int b) const { return bars + 8 * b; }
   __device__ __forceinline__ unsigned empty(int b) const { return bars + 8 * (STAGES + b); }
@@ -86,7 +107,10 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
   // Thread 0: copies row `row` of each operand (base[op] + row * rs[op]) into stage b.
   __device__ __forceinline__ void issue(int b, const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t row,
                                         int N, int tpr) const {
-    mbar_expect(full(b), tx);
+    unsigned tx = 0;  // bytes of the row's slices in this CTA
+#pragma unroll
+    for (int s = 0; s < NS; ++s) tx += chunk(s, N, tpr);
+    mbar_expect(full(b), OPS * tx);
     const int64_t c0 = (int64_t)rr::cluster_rank() * blockDim.x * VEC;
 #pragma unroll
     for (int op = 0; op < OPS; ++op) {
@@ -221,6 +245,17 @@ template <class P, class W> struct Smem {
   __device__ static unsigned char* bars(unsigned char* s) { return reduce(s) + SplitReduce::bytes(); }
 };
 
+// The pipeline of OPS operands at NS vectors per thread in CTAs of up to CTA threads with the most stages that fit
+// beside the weight in an SM's shared memory (227 KB a CTA): 3 of 64 KB at NS = 4, 16-bit and fp32 rows alike (2
+// instead: H200 forward+backward, % of copy, bf16 layer_norm N = 65536 76.4 -> 65.5, rms_norm 83.5 -> 71.9).
+template <class T, int NS, int CTA, int OPS> struct Fit {
+  static constexpr int kStage = OPS * NS * CTA * 16, kParam = NS * CTA * 16;
+  static constexpr int kFree = 232448 - kParam - SplitReduce::bytes() - 2 * 8 * 8;
+  static constexpr int stages = MYOPS_PIPE_STAGES > 0 ? MYOPS_PIPE_STAGES : std::min(8, kFree / kStage);
+  using P = Pipe<T, NS, CTA, OPS, stages>;
+  using S = Smem<P, rr::ColParam<T, NS, CTA>>;
+};
+
 // Thread 0 of each CTA of a pipelined kernel, first: the mbarriers, then the first rows' copies (the kernel's cluster
 // barrier follows, before any remote send).
 template <class P, class T, int OPS>
@@ -228,7 +263,7 @@ __device__ __forceinline__ void setup(P& pipe, SplitReduce& red, const T* const 
                                       const int64_t (&rs)[OPS], int64_t first, int64_t step, int64_t M, int N,
                                       int tpr) {
   if (threadIdx.x != 0) return;
-  pipe.init(N, tpr);
+  pipe.init();
   red.init();
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   pipe.start(base, rs, first, step, M, N, tpr);
