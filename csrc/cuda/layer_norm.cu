@@ -486,14 +486,12 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
   extern __shared__ __align__(128) unsigned char pipe_smem[];
   typename LnFit<T, NS>::P pipe(pipe_smem, L::bars(pipe_smem));
   const rr::ColParam<T, NS, kLongCta> wsm(L::param(pipe_smem));
-  rp::SplitReduce red(L::reduce(pipe_smem));
+  const rp::SplitReduce red(L::reduce(pipe_smem));
   const rr::Lane l(tpr);
   const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr;
   const T* const base[2] = {dy, x};
   const int64_t rstr[2] = {dys, xs};
-  rp::setup(pipe, red, base, rstr, l.first(), l.step(), M, N, tpr);
   if (hw) wsm.fill(w, N, l.t, tpr);
-  rp::cluster_sync();  // every CTA's mbarriers exist before any remote send
   A dw[NS][VEC], db[NS][VEC];
 #pragma unroll
   for (int s = 0; s < NS; ++s)
@@ -552,7 +550,6 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
     rp::store_sums<T, NS>(ws + l.owner() * N, dw, N, l.t, tpr);
     rp::store_sums<T, NS>(ws + (l.owners() + l.owner()) * N, db, N, l.t, tpr);
   }
-  rp::cluster_sync();  // no CTA exits while another may still send to it
 }
 
 // The forward on long rows (rr::long_fwd), as rms_norm.cuh's rr_fwd_long_kernel: a persistent grid of clusters

@@ -404,14 +404,12 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
   extern __shared__ __align__(128) unsigned char pipe_smem[];
   typename RmsFit<T, NS>::P pipe(pipe_smem, L::bars(pipe_smem));
   const rr::ColParam<T, NS, kLongCta> wsm(L::param(pipe_smem));
-  rp::SplitReduce red(L::reduce(pipe_smem));
+  const rp::SplitReduce red(L::reduce(pipe_smem));
   const rr::Lane l(tpr);
   const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr, hds = ADD && dso != nullptr;
   const T* const base[2] = {dy, sx};
   const int64_t rstr[2] = {dys, sxs};
-  rp::setup(pipe, red, base, rstr, l.first(), l.step(), M, N, tpr);
   if (hw) wsm.fill(w, N, l.t, tpr);
-  rp::cluster_sync();  // every CTA's mbarriers exist before any remote send
   A dw[NS][VEC];
 #pragma unroll
   for (int s = 0; s < NS; ++s)
@@ -468,7 +466,6 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
   };
   pipe.run(base, rstr, l.first(), l.step(), M, N, tpr, red, stats, pass1, pass2);
   if (hws) rp::store_sums<T, NS>(ws + l.owner() * N, dw, N, l.t, tpr);
-  rp::cluster_sync();  // no CTA exits while another may still send to it
 }
 
 // The forward on long rows (rr::long_fwd): a persistent grid of clusters of up to kLongCta threads, NS vectors per

@@ -77,9 +77,9 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
   unsigned char* smem;  // bytes()
   unsigned bars;        // full[STAGES], then empty[STAGES]
 
-  // bar: bar_bytes() of shared memory, 8-byte aligned. Thread 0 initializes (before the kernel's cluster barrier).
+  // bar: bar_bytes() of shared memory, 8-byte aligned. Thread 0 initializes (run()).
   __device__ Pipe(unsigned char* s, unsigned char* bar) : smem(s), bars(rr::smem_addr(bar)) {}
-  __device__ void init() {
+  __device__ void init() const {
     for (int b = 0; b < STAGES; ++b) {
       mbar_init(full(b), 1);
       mbar_init(empty(b), blockDim.x / 32);
@@ -147,7 +147,8 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
     const int64_t n = rows(first, step, M);
     for (int j = 0; j < STAGES && j < n; ++j) issue(j, base, rs, first + j * step, N, tpr);
   }
-  // Every thread: the row loop. stats(r): row r's saved statistics (loaded two rows ahead, so that the loads' latency
+  // Every thread, the whole of a pipelined kernel's rows: thread 0 sets up the mbarriers and starts the first rows'
+  // copies, a cluster barrier, the row loop, a cluster barrier at exit. stats(r): row r's saved statistics (loaded two rows ahead, so that the loads' latency
   // hides behind a pass); pass1(b, r, st) -> float2: row r's first pass over stage b, returning the thread's two
   // partial sums (sent to the cluster); pass2(b, r, st, tot): row r's second pass, with the cluster's totals. Row
   // j + 1's first pass runs before row j's second (its sums cross the cluster meanwhile).
@@ -155,6 +156,10 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
   __device__ __forceinline__ void run(const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t first,
                                       int64_t step, int64_t M, int N, int tpr, const SplitReduce& red, Stats stats,
                                       Pass1 pass1, Pass2 pass2) const;
+  template <class Stats, class Pass1, class Pass2>
+  __device__ __forceinline__ void rows_loop(const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t first,
+                                            int64_t step, int64_t n, int N, int tpr, const SplitReduce& red,
+                                            Stats stats, Pass1 pass1, Pass2 pass2) const;
 };
 
 // A row's pair of sums over the cluster, sent and taken apart (at most four rows outstanding: 4 slot sets).
@@ -177,7 +182,7 @@ struct SplitReduce {
         bars(rr::smem_addr(s + kSets * (kWarps + kCtas) * 8)) {}
   __device__ __forceinline__ unsigned loc_bar(int k) const { return bars + 8 * k; }
   __device__ __forceinline__ unsigned rem_bar(int k) const { return bars + 8 * (kSets + k); }
-  __device__ void init() {  // thread 0
+  __device__ void init() const {  // thread 0
     for (int k = 0; k < kSets; ++k) {
       mbar_init(loc_bar(k), blockDim.x / 32);
       mbar_init(rem_bar(k), 1);
@@ -256,19 +261,6 @@ template <class T, int NS, int CTA, int OPS> struct Fit {
   using S = Smem<P, rr::ColParam<T, NS, CTA>>;
 };
 
-// Thread 0 of each CTA of a pipelined kernel, first: the mbarriers, then the first rows' copies (the kernel's cluster
-// barrier follows, before any remote send).
-template <class P, class T, int OPS>
-__device__ __forceinline__ void setup(P& pipe, SplitReduce& red, const T* const (&base)[OPS],
-                                      const int64_t (&rs)[OPS], int64_t first, int64_t step, int64_t M, int N,
-                                      int tpr) {
-  if (threadIdx.x != 0) return;
-  pipe.init();
-  red.init();
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  pipe.start(base, rs, first, step, M, N, tpr);
-}
-
 template <class T, int NS, int CTA, int OPS, int STAGES>
 template <class Stats, class Pass1, class Pass2>
 __device__ __forceinline__ void Pipe<T, NS, CTA, OPS, STAGES>::run(const T* const (&base)[OPS],
@@ -277,8 +269,26 @@ __device__ __forceinline__ void Pipe<T, NS, CTA, OPS, STAGES>::run(const T* cons
                                                                    const SplitReduce& red, Stats stats, Pass1 pass1,
                                                                    Pass2 pass2) const {
   using St = decltype(stats(int64_t(0)));
+  if (threadIdx.x == 0) {  // the mbarriers, then the first rows' copies
+    init();
+    red.init();
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    start(base, rs, first, step, M, N, tpr);
+  }
+  cluster_sync();  // every CTA's mbarriers exist before any remote send
   const int64_t n = rows(first, step, M);
-  if (n <= 0) return;
+  if (n > 0) rows_loop(base, rs, first, step, n, N, tpr, red, stats, pass1, pass2);
+  cluster_sync();  // no CTA exits while another may still send to it
+}
+
+template <class T, int NS, int CTA, int OPS, int STAGES>
+template <class Stats, class Pass1, class Pass2>
+__device__ __forceinline__ void Pipe<T, NS, CTA, OPS, STAGES>::rows_loop(const T* const (&base)[OPS],
+                                                                         const int64_t (&rs)[OPS], int64_t first,
+                                                                         int64_t step, int64_t n, int N, int tpr,
+                                                                         const SplitReduce& red, Stats stats,
+                                                                         Pass1 pass1, Pass2 pass2) const {
+  using St = decltype(stats(int64_t(0)));
   St st = stats(first), st_n = n > 1 ? stats(first + step) : St{};
   wait(0, 0);
   float2 p = pass1(0, first, st);
