@@ -101,8 +101,8 @@ def row_cases(op, make_inputs, myops_fn, torch_fn, long_rows=True, ref64=False):
     """An op at the default shape and, with long_rows, at rows of 65536 and 262144 (same element count)."""
     cases = [Case(op, make_inputs, myops_fn, torch_fn, backward=True, ref64=ref64)]
     if long_rows:
-        cases += [Case(op, make_inputs, myops_fn, torch_fn, backward=True, variant=f"N={n}", shape=(m, n))
-                  for m, n in ((1024, 65536), (256, 262144))]
+        cases += [Case(op, make_inputs, myops_fn, torch_fn, backward=True, variant=f"N={n}", shape=(m, n),
+                       ref64=ref64) for m, n in ((1024, 65536), (256, 262144))]
     return cases
 
 
@@ -171,7 +171,8 @@ CASES = [
     *row_cases("layer_norm", with_weight_bias, ops.layer_norm, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)),
     *row_cases("rms_norm", with_weight, ops.rms_norm, rms_norm_eager),
     # checked against float64: eager's bf16 gradient of s rounds the norm's part before adding grad_s (two roundings),
-    # which put 1 element in 67M 0.014 away from myops' single rounding in one run
+    # which put 1 element in 67M 0.012-0.016 away from myops' single rounding in about 1 run of 4 (the long-row
+    # variants were checked against eager until session 15: the "unexplained" failures of sessions 13 and 14)
     *row_cases("add_rms_norm", with_residual_weight, ops.add_rms_norm, add_rms_norm_eager, ref64=True),
     *row_cases("softmax", unary, ops.softmax, lambda x: torch.softmax(x, -1)),
     *row_cases("log_softmax", unary, ops.log_softmax, lambda x: torch.log_softmax(x, -1)),
