@@ -4,12 +4,14 @@
         --section WarpStateStats --section MemoryWorkloadAnalysis python benchmarks/profile_rows.py rms_norm_backward
 
 Each named op (default: rms_norm layer_norm) runs 3 times on [16384, 4096] bf16 (cross_entropy: [4096, 32000]);
-MYOPS_PROF_SHAPE=1024,65536 and MYOPS_PROF_DTYPE=fp32 change the shape and dtype of the row ops.
+MYOPS_PROF_SHAPE=1024,65536 and MYOPS_PROF_DTYPE=fp32 change the shape and dtype of the row ops. The *_compile
+entries run torch.compile's kernel of the same expression (the benchmark's; its triton kernels match -k regex:triton).
 """
 import os
 import sys
 
 import torch
+import torch.nn.functional as F
 
 import ops  # noqa: F401  (registers torch.ops.myops)
 
@@ -30,6 +32,9 @@ RUN = {
     "rms_norm_backward": lambda: m.rms_norm_backward(g, x, rstd, w, True, 1e-6),
     "layer_norm_backward": lambda: m.layer_norm_backward(g, x, mean, lrstd, w, True, 1e-5),
     "cross_entropy": lambda: m.cross_entropy(lg, tg),
+    "rms_norm_compile": torch.compile(
+        lambda: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)),
+    "layer_norm_compile": torch.compile(lambda: F.layer_norm(x, x.shape[-1:], w, w)),
 }
 for name in sys.argv[1:] or ["rms_norm", "layer_norm"]:
     for _ in range(3):
