@@ -1,10 +1,12 @@
 """cross_entropy(logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean", check_target=True)
 = F.cross_entropy(...) for logits [M, C] or [C] and int64 class indices; vocabularies of any size (256k and beyond).
 
-check_target: a class index outside [0, C) that is not ignore_index raises a RuntimeError. On the GPU that costs one
-host sync per call (the kernel flags the row; the flag is read once the op's launches are queued), which leaves the
-GPU idle while the host queues what follows. With check_target=False (and always while a CUDA graph is being
-captured) nothing syncs and such a row's loss and gradient are NaN instead; no index is ever read out of bounds.
+check_target: a class index outside [0, C) that is not ignore_index raises a RuntimeError naming it. On the GPU a
+small kernel checks the targets ahead of the forward kernel and the host waits for that check alone, while the GPU
+goes on to the forward kernel: the host cannot run ahead of the GPU past this call, but the GPU does not idle for it
+unless the forward kernel is too short to cover the host's wake-up (small batches or vocabularies). With
+check_target=False (and always while a CUDA graph is being captured) nothing waits and such a row's loss and gradient
+are NaN instead; no index is ever read out of bounds.
 
 The logits are read once in the forward pass and once in the backward pass, which writes the gradient in the
 logits' dtype; the only other memory is O(M) (per-row losses, maxima and log-sum-exps). torch.ops.myops.cross_entropy
@@ -23,7 +25,7 @@ REDUCTIONS = ("mean", "sum", "none")
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor, ignore_index: int = -100,
                   label_smoothing: float = 0.0, reduction: str = "mean", check_target: bool = True) -> torch.Tensor:
-    """F.cross_entropy with class-index targets; differentiable in logits. check_target=False: no host sync, NaN for a
+    """F.cross_entropy with class-index targets; differentiable in logits. check_target=False: no host wait, NaN for a
     row whose target is out of range (see the module docstring)."""
     return OP(logits, target, ignore_index, label_smoothing, reduction, check_target)[0]
 

@@ -121,6 +121,27 @@ def test_bad_inputs(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("C", [16, 4096])
+def test_checked_target_names_first_bad_row(device, C):
+    """Over many rows (the GPU's check runs several CTAs, each reporting its least bad row), a strided target with
+    ignored rows: the error names the class index of the first bad row; ignore_index itself is never bad; a valid
+    call after a failed one is unaffected."""
+    M = 3000
+    x = make_tensor((M, C), torch.float32, device)
+    base = targets(2 * M, C, device, 5)
+    t = base[::2]  # a strided view
+    torch.testing.assert_close(ops.cross_entropy(x, t), F.cross_entropy(x, t))
+    for first, later in ((2999, None), (1100, 2500), (300, 290 + 256)):
+        bad = base.clone()
+        bad[2 * first] = C + first
+        if later is not None:
+            bad[2 * later] = -later
+        raises(ops.cross_entropy, x, bad[::2], match=f"class index {C + first} outside")
+    t = t.masked_fill(t == -100, C + 1)  # an ignore_index outside [0, C)
+    torch.testing.assert_close(ops.cross_entropy(x, t, ignore_index=C + 1), F.cross_entropy(x, t, ignore_index=C + 1))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", [(4, 5), (3, 4096)])
 def test_unchecked_targets(device, shape):
     """check_target=False never syncs or raises: a row whose target is out of range gets a NaN loss and gradient, the

@@ -9,19 +9,38 @@
 //   non-ignored rows / sum).
 // backward:  dx_ij = g_i (exp((x_ij - m_i) - ls_i) - (1 - eps) [j == t] - eps / C), 0 on ignored rows; g_i [M]
 //   is the incoming gradient already divided by the row count for reduction = "mean".
+#include <climits>
+
 #include "regrow.cuh"
 
 namespace {
 using namespace myops;
 using namespace myops::rows;
 
-// A row's target (not ignore_index) clamped into the row, so that a bad index never reads outside it; a bad one
-// also records 1 + its row in *bad (first come; bad is null when the caller does not check), which the caller turns
-// into an error once the launches are queued. Such a row's log-sum is saved as NaN (its loss and gradient are NaN).
-__device__ __forceinline__ int64_t checked_target(int64_t tg, int64_t C, int64_t r, unsigned long long* bad) {
-  if (tg >= 0 && tg < C) return tg;
-  if (bad != nullptr) atomicCAS(bad, 0ull, (unsigned long long)(r + 1));
-  return tg < 0 ? 0 : C - 1;
+// A row's target (not ignore_index) clamped into the row, so that a bad index never reads outside it; such a row's
+// log-sum is saved as NaN (its loss and gradient are NaN). Raising an error for it is check_targets_kernel's job.
+__device__ __forceinline__ int64_t clamped_target(int64_t tg, int64_t C) { return tg < 0 ? 0 : tg >= C ? C - 1 : tg; }
+
+// The target check (check_target): CTA b scans rows b * kCheckThreads + t, stepping over the grid, and writes 1 + the
+// least row it met whose target is outside [0, C) and not ignore_index, or 0, to bad[b]. Every slot is written, so bad
+// needs no zeroing; the host takes the least nonzero slot.
+constexpr int kCheckThreads = 256;
+__global__ void __launch_bounds__(kCheckThreads) check_targets_kernel(int64_t* __restrict__ bad,  // [gridDim.x]
+                                                                      const int64_t* __restrict__ target,  // [M]
+                                                                      int64_t t_stride, int64_t M, int64_t C,
+                                                                      int64_t ignore_index) {
+  __shared__ unsigned long long least;
+  if (threadIdx.x == 0) least = ULLONG_MAX;
+  __syncthreads();
+  for (int64_t r = (int64_t)blockIdx.x * kCheckThreads + threadIdx.x; r < M; r += (int64_t)gridDim.x * kCheckThreads) {
+    const int64_t tg = target[r * t_stride];
+    if ((tg < 0 || tg >= C) && tg != ignore_index) {  // a thread's rows only grow: its first is its least
+      atomicMin(&least, (unsigned long long)r);
+      break;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) bad[blockIdx.x] = least == ULLONG_MAX ? 0 : (int64_t)least + 1;
 }
 
 template <class T>
@@ -30,8 +49,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __rest
                                                              myops_operand x,                  // [M, C]
                                                              const int64_t* __restrict__ target, int64_t t_stride,
                                                              int64_t M, int64_t C, int64_t ignore_index,
-                                                             acc_t<T> smoothing, unsigned long long* bad,
-                                                             int vec_mask, Plan p) {
+                                                             acc_t<T> smoothing, int vec_mask, Plan p) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ Pair<A> red[32], cred[2];
@@ -71,7 +89,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_fwd_kernel(acc_t<T>* __rest
         stats[2 * r + 1] = ls;
         loss[r] = A(0);
       } else {
-        const int64_t tc = checked_target(tg, C, r, bad);
+        const int64_t tc = clamped_target(tg, C);
         if (tc != tg) ls = nan_of<A>();
         stats[2 * r + 1] = ls;
         const A xt = to_acc(static_cast<const T*>(x.ptr)[r * x.row_stride + tc * x.col_stride]);
@@ -135,7 +153,7 @@ __global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restric
                                                              const T* __restrict__ x, int64_t xs,   // [M, C]
                                                              const int64_t* __restrict__ target,    // [M]
                                                              int64_t t_stride, int64_t M, int C, int64_t ignore_index,
-                                                             acc_t<T> smoothing, unsigned long long* bad) {
+                                                             acc_t<T> smoothing) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T), STEP = THREADS * U * VEC;
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
@@ -149,7 +167,7 @@ __global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restric
     if (threadIdx.x == 0) {
       tg = target[r * t_stride];
       if (tg != ignore_index) {
-        tc = checked_target(tg, C, r, bad);
+        tc = clamped_target(tg, C);
         xt = to_acc(xr[tc]);
       }
     }
@@ -225,35 +243,71 @@ __global__ void __launch_bounds__(kBwdThreads) rr_bwd_kernel(T* __restrict__ dx,
 
 }  // namespace
 
-// bad: one zeroed uint64; set to 1 + a row whose target is outside [0, C) (and not ignore_index).
-extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, void* bad, myops_operand x, const int64_t* target,
+// Queues the target check (check_targets_kernel into check_dev[0, G), copied to the pinned check_host) and an event
+// behind it, the forward kernel behind that, and only then waits for the event: the host waits for the check alone
+// while the GPU goes on to the forward kernel, so the GPU never idles for it (the flag that the forward kernel used to
+// raise was read after it, leaving the GPU idle while the host queued what followed: [4096, 32000] fp32 ran at 62% of
+// copy checked against 84% unchecked on the H100). *bad_row = 1 + the least bad row, or 0. check_dev null: no check.
+template <class Forward>
+int check_then_forward(int64_t* check_dev, int64_t* check_host, int64_t slots, int64_t* bad_row, const int64_t* target,
+                       int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index, cudaStream_t stream,
+                       const Forward& forward) {
+  *bad_row = 0;
+  if (check_dev == nullptr) return forward();
+  const int64_t G = std::min<int64_t>(slots, ceil_div(M, (int64_t)kCheckThreads));
+  check_targets_kernel<<<(unsigned)G, kCheckThreads, 0, stream>>>(check_dev, target, t_stride, M, C, ignore_index);
+  int rc = launch_status();
+  if (rc) return rc;
+  rc = cudaMemcpyAsync(check_host, check_dev, G * sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
+  if (rc) return rc;
+  cudaEvent_t done;
+  rc = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (rc) return rc;
+  rc = cudaEventRecord(done, stream);
+  if (!rc) rc = forward();
+  const int wait = cudaEventSynchronize(done);  // (also when the launch failed: the copy must land before we return)
+  cudaEventDestroy(done);
+  if (rc) return rc;
+  if (wait) return wait;
+  for (int64_t b = 0; b < G; ++b)
+    if (check_host[b] != 0 && (*bad_row == 0 || check_host[b] < *bad_row)) *bad_row = check_host[b];
+  return MYOPS_OK;
+}
+
+// check_dev [slots] (device) and check_host [slots] (pinned host): scratch of the target check, or both null (no
+// check: a bad target's row gets a NaN loss). *bad_row = 1 + the least row whose target is outside [0, C) and not
+// ignore_index, else 0.
+extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, int64_t* check_dev, int64_t* check_host,
+                                        int64_t slots, int64_t* bad_row, myops_operand x, const int64_t* target,
                                         int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index,
                                         double smoothing, int dtype, void* stream) {
+  *bad_row = 0;
   if (M <= 0 || C <= 0) return MYOPS_OK;
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
-    if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
-      if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
-        const unsigned grid = (unsigned)std::min<int64_t>(M, 1 << 30);
-        const auto go = [&](auto kernel, int threads) {
-          kernel<<<grid, threads, 0, static_cast<cudaStream_t>(stream)>>>(
-              static_cast<acc_t<T>*>(loss), static_cast<acc_t<T>*>(stats), static_cast<const T*>(x.ptr),
-              x.row_stride, target, t_stride, M, (int)C, ignore_index, (acc_t<T>)smoothing,
-              static_cast<unsigned long long*>(bad));
-          return launch_status();
-        };
-        return smoothing != 0.0 ? go(stream_fwd_kernel<T, true>, 256) : go(stream_fwd_kernel<T, false>, 256);
+    return check_then_forward(check_dev, check_host, slots, bad_row, target, t_stride, M, C, ignore_index, st, [&] {
+      if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
+        if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
+          const unsigned grid = (unsigned)std::min<int64_t>(M, 1 << 30);
+          const auto go = [&](auto kernel, int threads) {
+            kernel<<<grid, threads, 0, st>>>(static_cast<acc_t<T>*>(loss), static_cast<acc_t<T>*>(stats),
+                                             static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M, (int)C,
+                                             ignore_index, (acc_t<T>)smoothing);
+            return launch_status();
+          };
+          return smoothing != 0.0 ? go(stream_fwd_kernel<T, true>, 256) : go(stream_fwd_kernel<T, false>, 256);
+        }
       }
-    }
-    Plan p = make_plan(M, C, es, 1, 0, 0, false);
-    auto kernel = ce_fwd_kernel<T>;
-    const int rc = finish_plan(p, kernel, M);
-    if (rc) return rc;
-    const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, C, es);
-    return launch(p, kernel, static_cast<cudaStream_t>(stream), static_cast<acc_t<T>*>(loss),
-                  static_cast<acc_t<T>*>(stats), x, target, t_stride, M, C, ignore_index, (acc_t<T>)smoothing,
-                  static_cast<unsigned long long*>(bad), mask, p);
+      Plan p = make_plan(M, C, es, 1, 0, 0, false);
+      auto kernel = ce_fwd_kernel<T>;
+      const int rc = finish_plan(p, kernel, M);
+      if (rc) return rc;
+      const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, C, es);
+      return launch(p, kernel, st, static_cast<acc_t<T>*>(loss), static_cast<acc_t<T>*>(stats), x, target, t_stride,
+                    M, C, ignore_index, (acc_t<T>)smoothing, mask, p);
+    });
   });
 }
 

@@ -4,9 +4,10 @@
 //   [C] and int64 class indices target [M] or []; stats [*target.shape, 2] = per-row (max, log sum exp(x - max)) (fp32, fp64 for
 //   fp64) is saved for backward.
 //   The logits are read once (online max/sum); no [M, C] temporary exists. A target outside [0, C) (and not
-//   ignore_index) never reads out of bounds: with check_target it raises (CPU: validated first; GPU: the kernel flags
-//   it and the flag is read with one host sync once the launches are queued), without it (and always while a CUDA
-//   graph is being captured, where a sync is not allowed) that row's loss and gradient are NaN and nothing syncs.
+//   ignore_index) never reads out of bounds: with check_target it raises (CPU: validated first; GPU: a small kernel
+//   checks the targets before the forward kernel, and the host waits for it alone while the GPU runs the forward),
+//   without it (and always while a CUDA graph is being captured, where a wait is not allowed) that row's loss and
+//   gradient are NaN and nothing waits.
 // myops::cross_entropy_backward(grad, logits, target, stats, ignore_index, label_smoothing, reduction) -> dlogits.
 #include "common.h"
 
@@ -17,8 +18,8 @@
 
 namespace {
 using FwdCpu = int (*)(void*, void*, myops_operand, const int64_t*, int64_t, int64_t, int64_t, int64_t, double, int);
-using FwdCuda = int (*)(void*, void*, void*, myops_operand, const int64_t*, int64_t, int64_t, int64_t, int64_t, double,
-                        int, void*);
+using FwdCuda = int (*)(void*, void*, int64_t*, int64_t*, int64_t, int64_t*, myops_operand, const int64_t*, int64_t,
+                        int64_t, int64_t, int64_t, double, int, void*);
 using BwdCpu = int (*)(myops_out_operand, myops_operand, const int64_t*, int64_t, const void*, const void*, int64_t,
                        int64_t, int64_t, int64_t, double, int);
 using BwdCuda = int (*)(myops_out_operand, myops_operand, const int64_t*, int64_t, const void*, const void*, int64_t,
@@ -67,12 +68,10 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
                 myops::str(C), ") (and it is not ignore_index ", myops::str(ignore_index), ")");
   };
   if (M > 0 && !logits.is_cuda() && check_target) {
-    const at::Tensor bad = t1.lt(0).logical_and(t1.ne(ignore_index)).logical_or(t1.ge(C));
+    const at::Tensor bad = t1.lt(0).logical_or(t1.ge(C)).logical_and(t1.ne(ignore_index));
     if (bad.any().item<bool>()) bad_target(t1.masked_select(bad)[0].item<int64_t>());
   }
-  // GPU: the kernel flags a bad target (1 + its row); the flag is read once every launch of this op is queued, so
-  // that the one host sync the check needs leaves no gap on the GPU.
-  at::Tensor bad_row;
+  int64_t bad_row = 0;  // GPU: 1 + the least row whose target is bad, or 0
   const auto stat_opts = logits.options().dtype(myops::stat_dtype(logits));
   at::Tensor rows = at::empty({M}, stat_opts), stats = at::empty({M, 2}, stat_opts);
   if (M > 0) {
@@ -80,12 +79,17 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     if (logits.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
       const c10::cuda::OptionalCUDAGuard guard(logits.device());
-      if (check_target && c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None)
-        bad_row = at::zeros({1}, logits.options().dtype(at::kLong));
-      const int rc = k_fwd_cuda.get()(rows.data_ptr(), stats.data_ptr(),
-                                      bad_row.defined() ? bad_row.data_ptr() : nullptr, v.op,
-                                      t1.data_ptr<int64_t>(), t1.stride(0), M, C, ignore_index, smoothing, dtype,
-                                      myops::current_stream(logits));
+      // the check's scratch: one slot per CTA of the check kernel (at most kCheckSlots), on the GPU and pinned
+      constexpr int64_t kCheckSlots = 1024;
+      at::Tensor check_dev, check_host;
+      if (check_target && c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None) {
+        check_dev = at::empty({kCheckSlots}, logits.options().dtype(at::kLong));
+        check_host = at::empty({kCheckSlots}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+      }
+      const int rc = k_fwd_cuda.get()(
+          rows.data_ptr(), stats.data_ptr(), check_dev.defined() ? check_dev.data_ptr<int64_t>() : nullptr,
+          check_host.defined() ? check_host.data_ptr<int64_t>() : nullptr, kCheckSlots, &bad_row, v.op,
+          t1.data_ptr<int64_t>(), t1.stride(0), M, C, ignore_index, smoothing, dtype, myops::current_stream(logits));
       myops::check_status(rc, op, "CUDA");
 #endif
     } else {
@@ -106,10 +110,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     if (red == Reduction::Mean) total = total.div(t1.ne(ignore_index).sum().to(total.scalar_type()));
     loss = total.to(logits.scalar_type());
   }
-  if (bad_row.defined()) {
-    const int64_t r = bad_row.item<int64_t>();
-    if (r > 0) bad_target(t1[r - 1].item<int64_t>());
-  }
+  if (bad_row > 0) bad_target(t1[bad_row - 1].item<int64_t>());
   std::vector<int64_t> stats_shape(target.sizes().begin(), target.sizes().end());
   stats_shape.push_back(2);
   return {loss, stats.reshape(stats_shape)};
