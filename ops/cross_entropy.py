@@ -57,11 +57,14 @@ def _setup(ctx, inputs, output):
     logits, target, ignore_index, label_smoothing, reduction = (
         list(inputs) + [-100, 0.0, "mean", True][len(inputs) - 2:])[:5]
     ctx.mark_non_differentiable(output[1])
+    ctx.set_materialize_grads(False)  # no zero-filled [M, 2] gradient for stats on every backward
     ctx.save_for_backward(logits, target, output[1])
     ctx.args = (ignore_index, label_smoothing, reduction)
 
 
 def _backward(ctx, grad, _grad_stats):
+    if grad is None:  # (gradients are not materialized: the loss unused)
+        return None, None, None, None, None, None
     logits, target, stats = ctx.saved_tensors
     return BACKWARD(grad, logits, target, stats, *ctx.args), None, None, None, None, None
 
