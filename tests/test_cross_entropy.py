@@ -122,15 +122,20 @@ def test_bad_inputs(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("C", [16, 4096])
-def test_checked_target_names_first_bad_row(device, C):
+def test_many_rows_strided_target(device, C):
     """Over many rows (the GPU's check runs several CTAs, each reporting its least bad row), a strided target with
-    ignored rows: the error names the class index of the first bad row; ignore_index itself is never bad; a valid
-    call after a failed one is unaffected."""
+    ignored rows: loss and gradient of every reduction match eager; the error names the class index of the first bad
+    row; an ignore_index outside [0, C) is never bad; a valid call after a failed one is unaffected."""
     M = 3000
-    x = make_tensor((M, C), torch.float32, device)
+    x = make_tensor((M, C), torch.float32, device).requires_grad_()
     base = targets(2 * M, C, device, 5)
     t = base[::2]  # a strided view
-    torch.testing.assert_close(ops.cross_entropy(x, t), F.cross_entropy(x, t))
+    for red in ("mean", "sum", "none"):
+        ours, eager = ops.cross_entropy(x, t, reduction=red), F.cross_entropy(x, t, reduction=red)
+        torch.testing.assert_close(ours, eager)
+        g = torch.randn_like(ours)
+        torch.testing.assert_close(torch.autograd.grad(ours, x, g)[0], torch.autograd.grad(eager, x, g)[0])
+    x = x.detach()
     for first, later in ((2999, None), (1100, 2500), (300, 290 + 256)):
         bad = base.clone()
         bad[2 * first] = C + first

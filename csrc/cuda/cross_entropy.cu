@@ -241,7 +241,68 @@ __global__ void __launch_bounds__(kBwdThreads) rr_bwd_kernel(T* __restrict__ dx,
   }
 }
 
-}  // namespace
+// ---- the scalars around the row kernels: one launch each where reduction "mean" took a chain of ATen ops (forward:
+// sum, ne, sum, cast, div, cast; backward: cast, ne, sum, cast, div), each a host call and a kernel
+constexpr int kScalarThreads = 1024;
+
+// Sums v (a thread's share) and n over the CTA, in a fixed order (deterministic); the totals are valid in thread 0.
+template <class A> __device__ void cta_sum(A& v, long long& n) {
+  __shared__ A sv[32];
+  __shared__ long long sn[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+    n += __shfl_xor_sync(0xffffffffu, n, o);
+  }
+  const int w = threadIdx.x / 32, nw = blockDim.x / 32;
+  if (threadIdx.x % 32 == 0) {
+    sv[w] = v;
+    sn[w] = n;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int i = 1; i < nw; ++i) {
+      v += sv[i];
+      n += sn[i];
+    }
+  }
+}
+
+// loss = sum_r rows[r] (reduction "sum"), divided by the count of rows whose target is not ignore_index for "mean"
+// (0 / 0 = NaN when every row is ignored, as F.cross_entropy), in the logits' dtype.
+template <class T>
+__global__ void __launch_bounds__(kScalarThreads) loss_kernel(T* __restrict__ loss,                 // []
+                                                              const acc_t<T>* __restrict__ rows,    // [M]
+                                                              const int64_t* __restrict__ target,   // [M]
+                                                              int64_t t_stride, int64_t M, int64_t ignore_index,
+                                                              int mean) {
+  using A = acc_t<T>;
+  A v = A(0);
+  long long n = 0;
+  for (int64_t r = threadIdx.x; r < M; r += kScalarThreads) {
+    v += rows[r];
+    if (mean) n += target[r * t_stride] != ignore_index;
+  }
+  cta_sum(v, n);
+  if (threadIdx.x == 0) loss[0] = from_acc<T>(mean ? v / A(n) : v);
+}
+
+// The backward's per-row gradient factor for "sum" / "mean": g = grad (the loss's gradient, in the logits' dtype),
+// divided by the count of rows not ignored for "mean".
+template <class T>
+__global__ void __launch_bounds__(kScalarThreads) grad_scale_kernel(acc_t<T>* __restrict__ g,         // []
+                                                                    const T* __restrict__ grad,       // []
+                                                                    const int64_t* __restrict__ target,  // [M]
+                                                                    int64_t t_stride, int64_t M, int64_t ignore_index,
+                                                                    int mean) {
+  using A = acc_t<T>;
+  A unused = A(0);
+  long long n = 0;
+  if (mean)
+    for (int64_t r = threadIdx.x; r < M; r += kScalarThreads) n += target[r * t_stride] != ignore_index;
+  cta_sum(unused, n);
+  if (threadIdx.x == 0) g[0] = mean ? to_acc(grad[0]) / A(n) : to_acc(grad[0]);
+}
 
 // Queues the target check (check_targets_kernel into check_dev[0, G), copied to the pinned check_host) and an event
 // behind it, the forward kernel behind that, and only then waits for the event: the host waits for the check alone
@@ -273,6 +334,8 @@ int check_then_forward(int64_t* check_dev, int64_t* check_host, int64_t slots, i
     if (check_host[b] != 0 && (*bad_row == 0 || check_host[b] < *bad_row)) *bad_row = check_host[b];
   return MYOPS_OK;
 }
+
+}  // namespace
 
 // check_dev [slots] (device) and check_host [slots] (pinned host): scratch of the target check, or both null (no
 // check: a bad target's row gets a NaN loss). *bad_row = 1 + the least row whose target is outside [0, C) and not
@@ -340,5 +403,28 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
     return launch(p, kernel, static_cast<cudaStream_t>(stream), dx, x, target, t_stride,
                   static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, M, C,
                   ignore_index, (acc_t<T>)smoothing, mask, p);
+  });
+}
+
+// out = the loss of reduction "sum" (mean = 0) or "mean" (mean = 1) from the per-row losses rows [M] (acc type).
+extern "C" int myops_cross_entropy_loss_cuda(void* out, const void* rows, const int64_t* target, int64_t t_stride,
+                                             int64_t M, int64_t ignore_index, int mean, int dtype, void* stream) {
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    loss_kernel<T><<<1, kScalarThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<T*>(out), static_cast<const acc_t<T>*>(rows), target, t_stride, M, ignore_index, mean);
+    return launch_status();
+  });
+}
+
+// g (acc type, one element) = grad (the loss's gradient, a scalar in the logits' dtype) for reduction "sum"
+// (mean = 0), divided by the count of rows not ignored for "mean" (mean = 1).
+extern "C" int myops_cross_entropy_grad_scale_cuda(void* g, const void* grad, const int64_t* target, int64_t t_stride,
+                                                   int64_t M, int64_t ignore_index, int mean, int dtype, void* stream) {
+  return dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    grad_scale_kernel<T><<<1, kScalarThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<acc_t<T>*>(g), static_cast<const T*>(grad), target, t_stride, M, ignore_index, mean);
+    return launch_status();
   });
 }

@@ -28,6 +28,11 @@ myops::Kernel<FwdCpu> k_fwd_cpu("myops_cross_entropy_cpu");
 myops::Kernel<FwdCuda> k_fwd_cuda("myops_cross_entropy_cuda");
 myops::Kernel<BwdCpu> k_bwd_cpu("myops_cross_entropy_backward_cpu");
 myops::Kernel<BwdCuda> k_bwd_cuda("myops_cross_entropy_backward_cuda");
+// (out, in, target, t_stride, M, ignore_index, mean, dtype, stream): the loss from the rows' losses, and the
+// backward's factor from the loss's gradient (csrc/cuda/cross_entropy.cu)
+using ScalarCuda = int (*)(void*, const void*, const int64_t*, int64_t, int64_t, int64_t, int, int, void*);
+myops::Kernel<ScalarCuda> k_loss_cuda("myops_cross_entropy_loss_cuda");
+myops::Kernel<ScalarCuda> k_grad_scale_cuda("myops_cross_entropy_grad_scale_cuda");
 
 enum class Reduction { None, Mean, Sum };
 
@@ -105,6 +110,14 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
   at::Tensor loss;
   if (red == Reduction::None) {
     loss = rows.reshape(target.sizes()).to(logits.scalar_type());
+  } else if (logits.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(logits.device());
+    loss = at::empty({}, logits.options());
+    const int rc = k_loss_cuda.get()(loss.data_ptr(), rows.data_ptr(), t1.data_ptr<int64_t>(), t1.stride(0), M,
+                                     ignore_index, red == Reduction::Mean, dtype, myops::current_stream(logits));
+    myops::check_status(rc, op, "CUDA");
+#endif
   } else {
     at::Tensor total = rows.sum();
     if (red == Reduction::Mean) total = total.div(t1.ne(ignore_index).sum().to(total.scalar_type()));
@@ -132,9 +145,22 @@ at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logi
   const at::Tensor x2 = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
   const at::Tensor t1 = target.reshape({-1}), l1 = stats.reshape({-1, 2}).contiguous();
   const int64_t M = x2.size(0), C = x2.size(1);
-  at::Tensor g = grad.to(myops::stat_dtype(logits)).reshape({-1});
-  if (red == Reduction::Mean) g = g.div(t1.ne(ignore_index).sum().to(g.scalar_type()));
-  g = g.contiguous();
+  // g: the per-row factor, [M] (reduction "none") or one element (acc type)
+  at::Tensor g;
+  if (red != Reduction::None && logits.is_cuda() && M > 0) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(logits.device());
+    g = at::empty({1}, logits.options().dtype(myops::stat_dtype(logits)));
+    const at::Tensor g0 = grad.to(logits.scalar_type());
+    const int rc = k_grad_scale_cuda.get()(g.data_ptr(), g0.data_ptr(), t1.data_ptr<int64_t>(), t1.stride(0), M,
+                                           ignore_index, red == Reduction::Mean, dtype, myops::current_stream(logits));
+    myops::check_status(rc, op, "CUDA");
+#endif
+  } else {
+    g = grad.to(myops::stat_dtype(logits)).reshape({-1});
+    if (red == Reduction::Mean) g = g.div(t1.ne(ignore_index).sum().to(g.scalar_type()));
+    g = g.contiguous();
+  }
   const int64_t g_stride = red == Reduction::None ? 1 : 0;
   at::Tensor dx = at::empty(x2.sizes(), x2.options());
   if (M > 0) {
