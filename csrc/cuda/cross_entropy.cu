@@ -268,40 +268,28 @@ template <class A> __device__ void cta_sum(A& v, long long& n) {
   }
 }
 
-// loss = sum_r rows[r] (reduction "sum"), divided by the count of rows whose target is not ignore_index for "mean"
-// (0 / 0 = NaN when every row is ignored, as F.cross_entropy), in the logits' dtype.
-template <class T>
-__global__ void __launch_bounds__(kScalarThreads) loss_kernel(T* __restrict__ loss,                 // []
-                                                              const acc_t<T>* __restrict__ rows,    // [M]
-                                                              const int64_t* __restrict__ target,   // [M]
-                                                              int64_t t_stride, int64_t M, int64_t ignore_index,
-                                                              int mean) {
-  using A = acc_t<T>;
+// out[0] = total / (mean ? the count of rows whose target is not ignore_index : 1) in Out, where total is
+// sum_r in[r] (rows = 1: the forward's loss of reduction sum/mean from the rows' losses) or in[0] (rows = 0: the
+// backward's per-row factor from the loss's gradient), in A and a fixed order (deterministic). Every row ignored:
+// 0 / 0 = NaN, as F.cross_entropy.
+template <class A, class In, class Out>
+__global__ void __launch_bounds__(kScalarThreads) scalar_kernel(Out* __restrict__ out,              // []
+                                                                const In* __restrict__ in,          // [M] or []
+                                                                int rows,
+                                                                const int64_t* __restrict__ target,  // [M]
+                                                                int64_t t_stride, int64_t M, int64_t ignore_index,
+                                                                int mean) {
   A v = A(0);
   long long n = 0;
   for (int64_t r = threadIdx.x; r < M; r += kScalarThreads) {
-    v += rows[r];
+    if (rows) v += to_acc(in[r]);
     if (mean) n += target[r * t_stride] != ignore_index;
   }
   cta_sum(v, n);
-  if (threadIdx.x == 0) loss[0] = from_acc<T>(mean ? v / A(n) : v);
-}
-
-// The backward's per-row gradient factor for "sum" / "mean": g = grad (the loss's gradient, in the logits' dtype),
-// divided by the count of rows not ignored for "mean".
-template <class T>
-__global__ void __launch_bounds__(kScalarThreads) grad_scale_kernel(acc_t<T>* __restrict__ g,         // []
-                                                                    const T* __restrict__ grad,       // []
-                                                                    const int64_t* __restrict__ target,  // [M]
-                                                                    int64_t t_stride, int64_t M, int64_t ignore_index,
-                                                                    int mean) {
-  using A = acc_t<T>;
-  A unused = A(0);
-  long long n = 0;
-  if (mean)
-    for (int64_t r = threadIdx.x; r < M; r += kScalarThreads) n += target[r * t_stride] != ignore_index;
-  cta_sum(unused, n);
-  if (threadIdx.x == 0) g[0] = mean ? to_acc(grad[0]) / A(n) : to_acc(grad[0]);
+  if (threadIdx.x == 0) {
+    const A total = rows ? v : to_acc(in[0]);
+    out[0] = from_acc<Out>(mean ? total / A(n) : total);
+  }
 }
 
 // Queues the target check (check_targets_kernel into check_dev[0, G), copied to the pinned check_host) and an event
@@ -411,8 +399,8 @@ extern "C" int myops_cross_entropy_loss_cuda(void* out, const void* rows, const 
                                              int64_t M, int64_t ignore_index, int mean, int dtype, void* stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    loss_kernel<T><<<1, kScalarThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<T*>(out), static_cast<const acc_t<T>*>(rows), target, t_stride, M, ignore_index, mean);
+    scalar_kernel<acc_t<T>, acc_t<T>, T><<<1, kScalarThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<T*>(out), static_cast<const acc_t<T>*>(rows), 1, target, t_stride, M, ignore_index, mean);
     return launch_status();
   });
 }
@@ -423,8 +411,8 @@ extern "C" int myops_cross_entropy_grad_scale_cuda(void* g, const void* grad, co
                                                    int64_t M, int64_t ignore_index, int mean, int dtype, void* stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    grad_scale_kernel<T><<<1, kScalarThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<acc_t<T>*>(g), static_cast<const T*>(grad), target, t_stride, M, ignore_index, mean);
+    scalar_kernel<acc_t<T>, T, acc_t<T>><<<1, kScalarThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        static_cast<acc_t<T>*>(g), static_cast<const T*>(grad), 0, target, t_stride, M, ignore_index, mean);
     return launch_status();
   });
 }
