@@ -503,14 +503,7 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
   const auto pass1 = [&](int b, int64_t, float2 st) {
     const A mu = st.x, rs = st.y, nmr = -mu * rs;
     A sg = A(0), sgx = A(0);
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-      if (c >= N) break;
-      A g[VEC], xv[VEC], wv[VEC];
-      pipe.get(b, 0, s, g);
-      pipe.get(b, 1, s, xv);
-      if (hw) wsm.get(s, wv);
+    pipe.slots(b, wsm, hw, l.t, tpr, N, [&](int s, int, const A(&g)[VEC], const A(&xv)[VEC], const A(&wv)[VEC]) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gv = g[e], xh = kFused<T> ? fmaf(xv[e], rs, nmr) : (xv[e] - mu) * rs;
@@ -522,28 +515,22 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
         sg += gw;
         sgx += gw * xh;
       }
-    }
+    });
     return float2{sg, sgx};
   };
   // row r's dx from stage b and the row's totals
   const auto pass2 = [&](int b, int64_t r, float2 st, float2 tot) {
     const A mu = st.x, rs = st.y;
     const A mg = tot.x * inv_n, mgx = tot.y * inv_n, c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-      if (c >= N) break;
-      A g[VEC], xv[VEC], wv[VEC];
-      pipe.get(b, 0, s, g);
-      pipe.get(b, 1, s, xv);
-      if (hw) wsm.get(s, wv);
+    pipe.slots(b, wsm, hw, l.t, tpr, N, [&](int, int c, const A(&g)[VEC], const A(&xv)[VEC], const A(&wv)[VEC]) {
+      A d[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gw = hw ? mul_rn(g[e], wv[e]) : g[e];
-        g[e] = kFused<T> ? fmaf(rs, gw, fmaf(xv[e], -c2, c0)) : rs * (gw - mg - (xv[e] - mu) * rs * mgx);
+        d[e] = kFused<T> ? fmaf(rs, gw, fmaf(xv[e], -c2, c0)) : rs * (gw - mg - (xv[e] - mu) * rs * mgx);
       }
-      rr::store(dx + r * dxs, c, g);
-    }
+      rr::store(dx + r * dxs, c, d);
+    });
   };
   pipe.run(base, rstr, l.first(), l.step(), M, N, tpr, red, stats, pass1, pass2);
   if (hws) {

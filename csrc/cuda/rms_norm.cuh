@@ -419,20 +419,13 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
   // row r's first pass from stage b: its dw terms and its sum of g w s
   const auto pass1 = [&](int b, int64_t, A rs) {
     A dot = A(0);
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-      if (c >= N) break;
-      A g[VEC], xv[VEC], wv[VEC];
-      pipe.get(b, 0, s, g);
-      pipe.get(b, 1, s, xv);
-      if (hw) wsm.get(s, wv);
+    pipe.slots(b, wsm, hw, l.t, tpr, N, [&](int s, int, const A(&g)[VEC], const A(&xv)[VEC], const A(&wv)[VEC]) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         if (hws) dw[s][e] += g[e] * xv[e] * rs;
         dot += (hw ? mul_rn(g[e], wv[e]) : g[e]) * xv[e];
       }
-    }
+    });
     return float2{dot, 0.f};
   };
   // row r's ds from stage b and the row's total
@@ -446,14 +439,8 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
         if (c < N) dq[s] = *reinterpret_cast<const uint4*>(dso + r * dsos + c);
       }
     }
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-      if (c >= N) break;
-      A g[VEC], xv[VEC], wv[VEC], d[VEC];
-      pipe.get(b, 0, s, g);
-      pipe.get(b, 1, s, xv);
-      if (hw) wsm.get(s, wv);
+    pipe.slots(b, wsm, hw, l.t, tpr, N, [&](int s, int c, const A(&g)[VEC], const A(&xv)[VEC], const A(&wv)[VEC]) {
+      A d[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; ++e) d[e] = rs * ((hw ? mul_rn(g[e], wv[e]) : g[e]) - xv[e] * k);
       if (hds) {
@@ -462,7 +449,7 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
         for (int e = 0; e < VEC; ++e) d[e] += rr::word_elem<T>(du[VEC == 4 ? e : e >> 1], VEC == 4 ? 0 : e & 1);
       }
       rr::store(dx + r * dxs, c, d);
-    }
+    });
   };
   pipe.run(base, rstr, l.first(), l.step(), M, N, tpr, red, stats, pass1, pass2);
   if (hws) rp::store_sums<T, NS>(ws + l.owner() * N, dw, N, l.t, tpr);

@@ -104,6 +104,21 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
 #pragma unroll
     for (int e = 0; e < VEC; ++e) x[e] = VEC == 4 ? rr::word_elem<T>(u[e], 0) : rr::word_elem<T>(u[e >> 1], e & 1);
   }
+  // Calls f(s, c, g, x, w) for each of this thread's slots s (its column c < N) of stage b, with operands 0 and 1 and,
+  // if hw, the weight's slot from wsm (else w is unset) converted to acc_t: the loop of both passes of every kernel.
+  template <class Param, class F>
+  __device__ __forceinline__ void slots(int b, const Param& wsm, bool hw, int t, int tpr, int N, F&& f) const {
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, t, tpr);
+      if (c >= N) break;
+      acc_t<T> g[VEC], x[VEC], w[VEC];
+      get(b, 0, s, g);
+      get(b, 1, s, x);
+      if (hw) wsm.get(s, w);
+      f(s, c, g, x, w);
+    }
+  }
   // Thread 0: copies row `row` of each operand (base[op] + row * rs[op]) into stage b.
   __device__ __forceinline__ void issue(int b, const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t row,
                                         int N, int tpr) const {
