@@ -3,8 +3,9 @@
 
 check_target: a class index outside [0, C) that is not ignore_index raises a RuntimeError naming it. On the GPU a
 small kernel checks the targets ahead of the forward kernel and the host waits for that check alone, while the GPU
-goes on to the forward kernel: the host cannot run ahead of the GPU past this call, but the GPU does not idle for it
-unless the forward kernel is too short to cover the host's wake-up (small batches or vocabularies). With
+goes on to the forward kernel: the host cannot run ahead of the GPU past this call, and the GPU idles for whatever
+part of the host's way from that wait to the backward's launch the forward kernel does not cover (on the H200 at
+[4096, 32000], about 140 us per forward+backward in bf16 and 45 us in fp32, against 210 / 400 us of kernels). With
 check_target=False (and always while a CUDA graph is being captured) nothing waits and such a row's loss and gradient
 are NaN instead; no index is ever read out of bounds.
 
@@ -53,20 +54,5 @@ def _(grad, logits, target, stats, ignore_index, label_smoothing, reduction):
     return logits.new_empty(logits.shape)
 
 
-def _setup(ctx, inputs, output):
-    logits, target, ignore_index, label_smoothing, reduction = (
-        list(inputs) + [-100, 0.0, "mean", True][len(inputs) - 2:])[:5]
-    ctx.mark_non_differentiable(output[1])
-    ctx.set_materialize_grads(False)  # no zero-filled [M, 2] gradient for stats on every backward
-    ctx.save_for_backward(logits, target, output[1])
-    ctx.args = (ignore_index, label_smoothing, reduction)
-
-
-def _backward(ctx, grad, _grad_stats):
-    if grad is None:  # (gradients are not materialized: the loss unused)
-        return None, None, None, None, None, None
-    logits, target, stats = ctx.saved_tensors
-    return BACKWARD(grad, logits, target, stats, *ctx.args), None, None, None, None, None
-
-
-torch.library.register_autograd("myops::cross_entropy", _backward, setup_context=_setup)
+# Autograd: in C++ (csrc/ops/cross_entropy.cpp, CrossEntropyFunction), where its host time is a fraction of a
+# Python autograd.Function's; it matters because the target check makes the host wait for the GPU on every call.

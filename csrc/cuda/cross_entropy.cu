@@ -292,29 +292,31 @@ __global__ void __launch_bounds__(kScalarThreads) scalar_kernel(Out* __restrict_
   }
 }
 
-// Queues the target check (check_targets_kernel into check_dev[0, G), copied to the pinned check_host) and an event
-// behind it, the forward kernel behind that, and only then waits for the event: the host waits for the check alone
-// while the GPU goes on to the forward kernel, so the GPU never idles for it (the flag that the forward kernel used to
-// raise was read after it, leaving the GPU idle while the host queued what followed: [4096, 32000] fp32 ran at 62% of
-// copy checked against 84% unchecked on the H100). *bad_row = 1 + the least bad row, or 0. check_dev null: no check.
+// Queues the target check (check_targets_kernel, writing straight into the pinned check_host through its device
+// mapping: no copy to queue behind it) and an event behind it, then the rest of the forward (`forward`: the row
+// kernel and the loss's reduction), and only then waits for the event. The host waits for the check alone while the
+// GPU goes on with the forward, so the GPU never idles for it (the flag that the forward kernel used to raise was
+// read after it, leaving the GPU idle while the host queued what followed: [4096, 32000] fp32 ran at 62% of copy
+// checked against 84% unchecked on the H100), and once the wait returns the host has nothing left to queue.
+// *bad_row = 1 + the least bad row, or 0. check_host null: no check.
 template <class Forward>
-int check_then_forward(int64_t* check_dev, int64_t* check_host, int64_t slots, int64_t* bad_row, const int64_t* target,
-                       int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index, cudaStream_t stream,
-                       const Forward& forward) {
+int check_then_forward(int64_t* check_host, int64_t slots, int64_t* bad_row, const int64_t* target, int64_t t_stride,
+                       int64_t M, int64_t C, int64_t ignore_index, cudaStream_t stream, const Forward& forward) {
   *bad_row = 0;
-  if (check_dev == nullptr) return forward();
+  if (check_host == nullptr) return forward();
+  int64_t* check_dev = nullptr;  // (the same address under unified addressing; asked, not assumed)
+  int rc = cudaHostGetDevicePointer(reinterpret_cast<void**>(&check_dev), check_host, 0);
+  if (rc) return rc;
   const int64_t G = std::min<int64_t>(slots, ceil_div(M, (int64_t)kCheckThreads));
   check_targets_kernel<<<(unsigned)G, kCheckThreads, 0, stream>>>(check_dev, target, t_stride, M, C, ignore_index);
-  int rc = launch_status();
-  if (rc) return rc;
-  rc = cudaMemcpyAsync(check_host, check_dev, G * sizeof(int64_t), cudaMemcpyDeviceToHost, stream);
+  rc = launch_status();
   if (rc) return rc;
   cudaEvent_t done;
   rc = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
   if (rc) return rc;
   rc = cudaEventRecord(done, stream);
   if (!rc) rc = forward();
-  const int wait = cudaEventSynchronize(done);  // (also when the launch failed: the copy must land before we return)
+  const int wait = cudaEventSynchronize(done);  // (also when a launch failed: the check's writes must land first)
   cudaEventDestroy(done);
   if (rc) return rc;
   if (wait) return wait;
@@ -325,10 +327,11 @@ int check_then_forward(int64_t* check_dev, int64_t* check_host, int64_t slots, i
 
 }  // namespace
 
-// check_dev [slots] (device) and check_host [slots] (pinned host): scratch of the target check, or both null (no
-// check: a bad target's row gets a NaN loss). *bad_row = 1 + the least row whose target is outside [0, C) and not
-// ignore_index, else 0.
-extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, int64_t* check_dev, int64_t* check_host,
+// rows [M] and stats [M, 2] (acc type): the rows' losses and (max, log-sum); loss [] (logits' dtype, or null for
+// reduction "none"): their sum (mean = 0) or mean over the rows not ignored (mean = 1). check_host [slots] (pinned
+// host memory) is the target check's scratch, or null (no check: a bad target's row gets a NaN loss).
+// *bad_row = 1 + the least row whose target is outside [0, C) and not ignore_index, else 0.
+extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* stats, int64_t* check_host,
                                         int64_t slots, int64_t* bad_row, myops_operand x, const int64_t* target,
                                         int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index,
                                         double smoothing, int dtype, void* stream) {
@@ -338,14 +341,15 @@ extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, int64_t* check_
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
-    return check_then_forward(check_dev, check_host, slots, bad_row, target, t_stride, M, C, ignore_index, st, [&] {
+    using A = acc_t<T>;
+    const auto row_kernel = [&]() -> int {
       if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
         if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
           const unsigned grid = (unsigned)std::min<int64_t>(M, 1 << 30);
           const auto go = [&](auto kernel, int threads) {
-            kernel<<<grid, threads, 0, st>>>(static_cast<acc_t<T>*>(loss), static_cast<acc_t<T>*>(stats),
+            kernel<<<grid, threads, 0, st>>>(static_cast<A*>(rows), static_cast<A*>(stats),
                                              static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M, (int)C,
-                                             ignore_index, (acc_t<T>)smoothing);
+                                             ignore_index, (A)smoothing);
             return launch_status();
           };
           return smoothing != 0.0 ? go(stream_fwd_kernel<T, true>, 256) : go(stream_fwd_kernel<T, false>, 256);
@@ -356,8 +360,15 @@ extern "C" int myops_cross_entropy_cuda(void* loss, void* stats, int64_t* check_
       const int rc = finish_plan(p, kernel, M);
       if (rc) return rc;
       const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, C, es);
-      return launch(p, kernel, st, static_cast<acc_t<T>*>(loss), static_cast<acc_t<T>*>(stats), x, target, t_stride,
-                    M, C, ignore_index, (acc_t<T>)smoothing, mask, p);
+      return launch(p, kernel, st, static_cast<A*>(rows), static_cast<A*>(stats), x, target, t_stride, M, C,
+                    ignore_index, (A)smoothing, mask, p);
+    };
+    return check_then_forward(check_host, slots, bad_row, target, t_stride, M, C, ignore_index, st, [&] {
+      const int rc = row_kernel();
+      if (rc || loss == nullptr) return rc;
+      scalar_kernel<A, A, T><<<1, kScalarThreads, 0, st>>>(static_cast<T*>(loss), static_cast<const A*>(rows), 1,
+                                                            target, t_stride, M, ignore_index, mean);
+      return launch_status();
     });
   });
 }
@@ -391,17 +402,6 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
     return launch(p, kernel, static_cast<cudaStream_t>(stream), dx, x, target, t_stride,
                   static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, M, C,
                   ignore_index, (acc_t<T>)smoothing, mask, p);
-  });
-}
-
-// out = the loss of reduction "sum" (mean = 0) or "mean" (mean = 1) from the per-row losses rows [M] (acc type).
-extern "C" int myops_cross_entropy_loss_cuda(void* out, const void* rows, const int64_t* target, int64_t t_stride,
-                                             int64_t M, int64_t ignore_index, int mean, int dtype, void* stream) {
-  return dispatch_dtype(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    scalar_kernel<acc_t<T>, acc_t<T>, T><<<1, kScalarThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<T*>(out), static_cast<const acc_t<T>*>(rows), 1, target, t_stride, M, ignore_index, mean);
-    return launch_status();
   });
 }
 
