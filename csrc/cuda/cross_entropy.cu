@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restric
     for (int c0 = 0; c0 < C; c0 += STEP) {
       rr::Regs<T, U> v;
       v.load(xr + c0, C - c0, threadIdx.x, THREADS, ninf);
-      const A mx = fmaxf(m, rr::thread_max(v));
+      const A mx = fmaxf(m, rr::thread_max<T, U, false>(v));  // (not packed: see thread_max)
       if (mx > m) {  // never from -inf to -inf; from -inf, s is 0
         s = m == neg_inf<A>() ? s : s * exp_of<T>(m - mx);
         m = mx;

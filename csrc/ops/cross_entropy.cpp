@@ -1,8 +1,8 @@
 // myops::cross_entropy(logits, target, ignore_index=-100, label_smoothing=0., reduction="mean", check_target=True)
 //   -> (loss, stats)
 //   = F.cross_entropy(logits, target, ignore_index=..., label_smoothing=..., reduction=...) for logits [M, C] or
-//   [C] and int64 class indices target [M] or []; stats [*target.shape, 2] = per-row (max, log sum exp(x - max)) (fp32, fp64 for
-//   fp64) is saved for backward.
+//   [C] and int64 class indices target [M] or []; stats [*target.shape, 2] = per-row (max, log sum exp(x - max))
+//   (fp32, fp64 for fp64) is saved for backward.
 //   The logits are read once (online max/sum); no [M, C] temporary exists. A target outside [0, C) (and not
 //   ignore_index) never reads out of bounds: with check_target it raises (CPU: validated first; GPU: a small kernel
 //   checks the targets before the forward kernel, and the host waits for it alone while the GPU runs the forward),
