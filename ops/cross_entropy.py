@@ -20,7 +20,6 @@ import torch
 from .rms_norm import stat_dtype
 
 OP = torch.ops.myops.cross_entropy.default
-BACKWARD = torch.ops.myops.cross_entropy_backward.default
 REDUCTIONS = ("mean", "sum", "none")
 
 

@@ -89,6 +89,29 @@ def test_opcheck(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_autograd(device):
+    """The C++ autograd (csrc/ops/cross_entropy.cpp): stats not differentiable, no graph without grad, a non-leaf
+    logits, the loss used twice, retain_graph, defaults filled by the schema."""
+    w = make_tensor((6, 17), torch.float32, device, seed=3).requires_grad_()
+    t = targets(6, 17, device, 3)
+    loss, stats = OP(w * 2, t)
+    assert loss.requires_grad and not stats.requires_grad
+    w2 = w.detach().clone().requires_grad_()
+    ref = F.cross_entropy(w2 * 2, t)
+    torch.testing.assert_close(loss, ref)
+    (g,) = torch.autograd.grad(loss * 3 + loss, w, retain_graph=True)
+    (g_ref,) = torch.autograd.grad(ref * 4, w2)
+    torch.testing.assert_close(g, g_ref)
+    loss.backward(retain_graph=True)
+    loss.backward()  # (the saved tensors outlive the first backward): both accumulate into w.grad
+    torch.testing.assert_close(w.grad, g_ref / 2)
+    with torch.no_grad():
+        assert not OP(w, t)[0].requires_grad
+    with torch.inference_mode():
+        torch.testing.assert_close(ops.cross_entropy(w, t), F.cross_entropy(w.detach(), t))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_compile(device):
     """fullgraph with dynamic shapes: two row counts, forward and backward equal to eager's."""
     for smoothing, red in ((0.1, "mean"), (0.0, "none")):
