@@ -10,9 +10,6 @@
 // backward:  dx_ij = g_i (exp((x_ij - m_i) - ls_i) - (1 - eps) [j == t] - eps / C), 0 on ignored rows; g_i [M]
 //   is the incoming gradient already divided by the row count for reduction = "mean".
 #include <climits>
-#include <cstdlib>
-#include <cstring>
-#include <thread>
 
 #include "regrow.cuh"
 
@@ -295,22 +292,6 @@ __global__ void __launch_bounds__(kScalarThreads) scalar_kernel(Out* __restrict_
   }
 }
 
-// Waits for `done` by polling it, yielding the core between polls. Behind a GPU queue of ~2 ms (the benchmark's;
-// in training, the model's forward), cudaEventSynchronize's wake-up lagged the check and the GPU idled for it: the
-// checked forward+backward at [4096, 32000] bf16, % of copy, cudaEventSynchronize -> polling, in paired runs: H100
-// 54.2 -> 61.4 / 65.5, H200 48.7 / 41.8 -> 57.5 / 50.8 and 50.8 / 51.6 -> 64.0 / 58.0; fp32 moved both ways by as
-// much (this host-bound path spreads 15 points from run to run). MYOPS_CE_WAIT=sync restores cudaEventSynchronize.
-inline int wait_for(cudaEvent_t done) {
-  static const bool sync = [] {
-    const char* e = std::getenv("MYOPS_CE_WAIT");
-    return e != nullptr && std::strcmp(e, "sync") == 0;
-  }();
-  if (sync) return cudaEventSynchronize(done);
-  cudaError_t e;
-  while ((e = cudaEventQuery(done)) == cudaErrorNotReady) std::this_thread::yield();
-  return e;
-}
-
 // Queues the target check (check_targets_kernel, writing straight into the pinned check_host through its device
 // mapping: no copy to queue behind it) and an event behind it, then the rest of the forward (`forward`: the row
 // kernel and the loss's reduction), and only then waits for the event. The host waits for the check alone while the
@@ -335,7 +316,7 @@ int check_then_forward(int64_t* check_host, int64_t slots, int64_t* bad_row, con
   if (rc) return rc;
   rc = cudaEventRecord(done, stream);
   if (!rc) rc = forward();
-  const int wait = wait_for(done);  // (also when a launch failed: the check's writes must land first)
+  const int wait = cudaEventSynchronize(done);  // (also when a launch failed: the check's writes must land first)
   cudaEventDestroy(done);
   if (rc) return rc;
   if (wait) return wait;
