@@ -307,14 +307,13 @@ int check_then_forward(int64_t* check_host, int64_t slots, int64_t* bad_row, con
   int64_t* check_dev = nullptr;  // (the same address under unified addressing; asked, not assumed)
   int rc = cudaHostGetDevicePointer(reinterpret_cast<void**>(&check_dev), check_host, 0);
   if (rc) return rc;
+  cudaEvent_t done;  // (created before the check is queued: no return path leaves the check writing unwaited)
+  rc = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (rc) return rc;
   const int64_t G = std::min<int64_t>(slots, ceil_div(M, (int64_t)kCheckThreads));
   check_targets_kernel<<<(unsigned)G, kCheckThreads, 0, stream>>>(check_dev, target, t_stride, M, C, ignore_index);
   rc = launch_status();
-  if (rc) return rc;
-  cudaEvent_t done;
-  rc = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-  if (rc) return rc;
-  rc = cudaEventRecord(done, stream);
+  if (!rc) rc = cudaEventRecord(done, stream);
   if (!rc) rc = forward();
   const int wait = cudaEventSynchronize(done);  // (also when a launch failed: the check's writes must land first)
   cudaEventDestroy(done);
