@@ -212,14 +212,14 @@ __global__ void __launch_bounds__(kBwdThreads) rr_bwd_kernel(T* __restrict__ dx,
                                                             const acc_t<T>* __restrict__ stats,  // [M, 2]
                                                             const acc_t<T>* __restrict__ grad,   // [M] (stride)
                                                             int64_t g_stride, int C, int64_t ignore_index,
-                                                            acc_t<T> smoothing, int chunks) {
+                                                            acc_t<T> smoothing, int chunks, bool last) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   const int64_t r = blockIdx.x / chunks;
   const int c0 = (int)(blockIdx.x % chunks) * kBwdThreads * kBwdNv * VEC;  // the chunk's first column
   const int n = C - c0;                                                     // columns from there to the row's end
   rr::Regs<T, kBwdNv> v;
-  v.load(x + r * xs + c0, n, threadIdx.x, kBwdThreads, from_acc<T>(A(0)));
+  v.load(x + r * xs + c0, n, threadIdx.x, kBwdThreads, from_acc<T>(A(0)), rr::l2_hint(last));
   const int64_t tg = target[r * t_stride];
   const bool ignored = tg == ignore_index;
   const A g = ignored ? A(0) : grad[r * g_stride], m = stats[2 * r], ls = stats[2 * r + 1];
@@ -388,7 +388,7 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
         rr_bwd_kernel<T><<<(unsigned)(M * chunks), kBwdThreads, 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride,
             static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, (int)C, ignore_index,
-            (acc_t<T>)smoothing, (int)chunks);
+            (acc_t<T>)smoothing, (int)chunks, rr::l2_last(M * C * es));
         return launch_status();
       }
     }

@@ -207,14 +207,16 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
                                        const T* __restrict__ x, int64_t xs,  // [M, N]
                                        const T* __restrict__ w,              // [N] or null
                                        const T* __restrict__ b,              // [N] or null
-                                       int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, int staged) {
+                                       int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, int staged,
+                                       bool last) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
-  rr::Stage<T, NS> st(stage_smem, staged);
+  const rr::L2Hint h = rr::l2_hint(last);
+  rr::Stage<T, NS> st(stage_smem, staged, h);
   const T zero = from_acc<T>(A(0));
   st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
@@ -222,7 +224,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
     const bool live = r < M;
     rr::Regs<T, NS> v;
     if (staged) st.take(v, r, M, N, l.t, tpr, zero);
-    else v.template load_row<FULL>(x, xs, r, M, N, l.t, tpr, zero);
+    else v.template load_row<FULL>(x, xs, r, M, N, l.t, tpr, zero, h);
     A sum = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
@@ -259,15 +261,15 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
 template <class T, int NS, bool FULL>
 __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
     rr_fwd_kernel(T* y, int64_t ys, acc_t<T>* mean, acc_t<T>* rstd, const T* x, int64_t xs, const T* w, const T* b,
-                  int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, int staged) {
-  rr_fwd<T, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, inv_n, eps, tpr, staged);
+                  int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, int staged, bool last) {
+  rr_fwd<T, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, inv_n, eps, tpr, staged, last);
 }
 template <int NS, bool FULL>
 __global__ void __launch_bounds__(512, 2) rr_fwd_kernel_f32(float* y, int64_t ys, float* mean, float* rstd,
                                                             const float* x, int64_t xs, const float* w,
                                                             const float* b, int64_t M, int N, float inv_n,
-                                                            float eps, int tpr, int staged) {
-  rr_fwd<float, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, inv_n, eps, tpr, staged);
+                                                            float eps, int tpr, int staged, bool last) {
+  rr_fwd<float, NS, FULL>(y, ys, mean, rstd, x, xs, w, b, M, N, inv_n, eps, tpr, staged, last);
 }
 template <class T, int NS, bool FULL> constexpr auto rr_fwd_kernel_for() {
   if constexpr (sizeof(T) == 4) return rr_fwd_kernel_f32<NS, FULL>;
@@ -552,7 +554,7 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
                        const T* __restrict__ x, int64_t xs,  // [M, N]
                        const T* __restrict__ w,              // [N] or null
                        const T* __restrict__ b,              // [N] or null
-                       int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr) {
+                       int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, bool last) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   using P = rr::ColParam<T, NS, kLongCta>;
@@ -565,11 +567,12 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
   const T zero = from_acc<T>(A(0));
   if (hw) wsm.fill(w, N, l.t, tpr);
   if (hb) bsm.fill(b, N, l.t, tpr);
+  const rr::L2Hint h = rr::l2_hint(last);
   rr::Regs<T, NS> v;  // one row per cluster, every row live; a prefetch past M reads row M - 1
-  v.load(x + rr::row_or_last(l.first(), M) * xs, N, l.t, tpr, zero);
+  v.load(x + rr::row_or_last(l.first(), M) * xs, N, l.t, tpr, zero, h);
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rr::Regs<T, NS> vn;
-    vn.load(x + rr::row_or_last(r + l.step(), M) * xs, N, l.t, tpr, zero);
+    vn.load(x + rr::row_or_last(r + l.step(), M) * xs, N, l.t, tpr, zero, h);
     A sum = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
@@ -694,7 +697,7 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
           return rr::launch(gl, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
                             static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr),
                             x.row_stride, static_cast<const T*>(w), static_cast<const T*>(b), M, (int)N,
-                            (acc_t<T>)(1.0 / N), (acc_t<T>)eps, gl.tpr);
+                            (acc_t<T>)(1.0 / N), (acc_t<T>)eps, gl.tpr, rr::l2_last(M * N * es));
       }
     }
     const rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es);
@@ -709,7 +712,7 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
                           y.row_stride, static_cast<acc_t<T>*>(mean), static_cast<acc_t<T>*>(rstd),
                           static_cast<const T*>(x.ptr), x.row_stride, static_cast<const T*>(w),
                           static_cast<const T*>(b), M, (int)N, (acc_t<T>)(1.0 / N), (acc_t<T>)eps, g.tpr,
-                          g.nbuf);
+                          g.nbuf, rr::l2_last(M * N * es));
       });
     }
     Plan p = fwd_plan(M, N, dtype);

@@ -164,14 +164,15 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
                   const T* __restrict__ x, int64_t xs,        // [M, N]
                   const T* __restrict__ res, int64_t rs_,     // [M, N] (ADD)
                   const T* __restrict__ w,                    // [N] or null
-                  int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, int staged) {
+                  int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, int staged, bool last) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
-  rr::Stage<T, NS> st(stage_smem, staged);  // staged: x only (never with ADD)
+  const rr::L2Hint h = rr::l2_hint(last);
+  rr::Stage<T, NS> st(stage_smem, staged, h);  // staged: x only (never with ADD)
   const T zero = from_acc<T>(A(0));
   st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
@@ -179,10 +180,10 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
     const bool live = r < M;
     rr::Regs<T, NS> v;
     if (staged) st.take(v, r, M, N, l.t, tpr, zero);
-    else v.template load_row<FULL>(x, xs, r, M, N, l.t, tpr, zero);
+    else v.template load_row<FULL>(x, xs, r, M, N, l.t, tpr, zero, h);
     if constexpr (ADD) {
       rr::Regs<T, NS> u;
-      u.template load_row<FULL>(res, rs_, r, M, N, l.t, tpr, zero);
+      u.template load_row<FULL>(res, rs_, r, M, N, l.t, tpr, zero, h);
       add_into(v, u);
     }
     A ss = A(0);
@@ -472,7 +473,7 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
                        const T* __restrict__ x, int64_t xs,     // [M, N]
                        const T* __restrict__ res, int64_t rs_,  // [M, N] (ADD)
                        const T* __restrict__ w,                 // [N] or null
-                       int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr) {
+                       int64_t M, int N, acc_t<T> inv_n, acc_t<T> eps, int tpr, bool last) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
@@ -483,21 +484,22 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
   const T zero = from_acc<T>(A(0));
   const bool hw = AFF || w != nullptr;
   if (hw) wsm.fill(w, N, l.t, tpr);
+  const rr::L2Hint h = rr::l2_hint(last);
   rr::Regs<T, NS> v;  // one row per cluster, every row live; a prefetch past M reads row M - 1
   {
     const int64_t r0 = rr::row_or_last(l.first(), M);
-    v.load(x + r0 * xs, N, l.t, tpr, zero);
+    v.load(x + r0 * xs, N, l.t, tpr, zero, h);
     if constexpr (ADD) {
       rr::Regs<T, NS> u;
-      u.load(res + r0 * rs_, N, l.t, tpr, zero);
+      u.load(res + r0 * rs_, N, l.t, tpr, zero, h);
       add_into(v, u);
     }
   }
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rr::Regs<T, NS> vn, un;
     const int64_t rn = rr::row_or_last(r + l.step(), M);
-    vn.load(x + rn * xs, N, l.t, tpr, zero);
-    if constexpr (ADD) un.load(res + rn * rs_, N, l.t, tpr, zero);
+    vn.load(x + rn * xs, N, l.t, tpr, zero, h);
+    if constexpr (ADD) un.load(res + rn * rs_, N, l.t, tpr, zero, h);
     A ss = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
@@ -609,7 +611,7 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
                             static_cast<T*>(s_out.ptr), s_out.row_stride, static_cast<acc_t<T>*>(rstd),
                             static_cast<const T*>(x.ptr), x.row_stride, static_cast<const T*>(res.ptr),
                             res.row_stride, static_cast<const T*>(w), M, (int)N, (acc_t<T>)(1.0 / N),
-                            (acc_t<T>)eps, gl.tpr);
+                            (acc_t<T>)eps, gl.tpr, rr::l2_last((ADD ? 2 : 1) * M * N * es));
       }
     }
     const rr::Geo g0 = rr_fwd_geo<T, ADD>(N);
@@ -625,7 +627,8 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<T*>(s_out.ptr), s_out.row_stride,
                           static_cast<acc_t<T>*>(rstd), static_cast<const T*>(x.ptr), x.row_stride,
                           static_cast<const T*>(res.ptr), res.row_stride, static_cast<const T*>(w), M, (int)N,
-                          (acc_t<T>)(1.0 / N), (acc_t<T>)eps, g.tpr, g.nbuf);
+                          (acc_t<T>)(1.0 / N), (acc_t<T>)eps, g.tpr, g.nbuf,
+                          rr::l2_last((ADD ? 2 : 1) * M * N * es));
       });
     }
     Plan p = fwd_plan(M, N, dtype, ADD);

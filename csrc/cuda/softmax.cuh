@@ -110,14 +110,15 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
 template <class T, int NS, bool LOG>
 __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                                                       const T* __restrict__ x, int64_t xs,  // [M, N]
-                                                      int64_t M, int N, int tpr, int staged) {
+                                                      int64_t M, int N, int tpr, int staged, bool last) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
-  rr::Stage<T, NS> st(stage_smem, staged);
+  const rr::L2Hint h = rr::l2_hint(last);
+  rr::Stage<T, NS> st(stage_smem, staged, h);
   const T ninf = from_acc<T>(neg_inf<A>());
   st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
     const bool live = r < M;
     rr::Regs<T, NS> v;
     if (staged) st.take(v, r, M, N, l.t, tpr, ninf);
-    else v.load_row(x, xs, r, M, N, l.t, tpr, ninf);
+    else v.load_row(x, xs, r, M, N, l.t, tpr, ninf, h);
     const A tm = rr::thread_max(v);
     st.next(x, xs, r, l.step(), M, N, l.t, tpr, tm);
     const A m = red(tm, rr::Max{}, neg_inf<A>());
@@ -154,19 +155,20 @@ template <class T, int NS, bool LOG>
 __global__ void __launch_bounds__(NS > 4 ? 512 : rr::max_threads<T>()) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                       const T* __restrict__ dy, int64_t dys,  // [M, N]
                                                       const T* __restrict__ y, int64_t ys,    // [M, N]
-                                                      int64_t M, int N, int tpr) {
+                                                      int64_t M, int N, int tpr, bool last) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
+  const rr::L2Hint h = rr::l2_hint(last);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rr::Regs<T, NS> g, v;
-    g.load_row(dy, dys, r, M, N, l.t, tpr, zero);
-    v.load_row(y, ys, r, M, N, l.t, tpr, zero);
+    g.load_row(dy, dys, r, M, N, l.t, tpr, zero, h);
+    v.load_row(y, ys, r, M, N, l.t, tpr, zero, h);
     A acc = A(0);
 #pragma unroll
     for (int s = 0; s < NS; ++s)
@@ -224,7 +226,7 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
         if (grid < 0) return (int)MYOPS_EARG;
         return rr::launch(g, grid, rr_fwd_kernel<T, NS, LOG>, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, M, (int)N,
-                          g.tpr, g.nbuf);
+                          g.tpr, g.nbuf, rr::l2_last(M * N * es));
       });
     }
     Plan p = make_plan(M, N, es, 1, 0, 0, true);
@@ -250,7 +252,7 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
         return rr::launch(g, rr::cover_grid(g, M), rr_bwd_kernel<T, decltype(ns)::value, LOG>,
                           static_cast<cudaStream_t>(stream), static_cast<T*>(dx.ptr), dx.row_stride,
                           static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(y.ptr), y.row_stride, M,
-                          (int)N, g.tpr);
+                          (int)N, g.tpr, rr::l2_last(2 * M * N * es));
       });
     }
     Plan p = make_plan(M, N, es, LOG ? 1 : 2, 0, 0, true);
