@@ -32,11 +32,16 @@ template <int NIN, int NOUT> struct EwArgs {
   myops_operand in[NIN];
   myops_out_operand out[NOUT];
   int64_t rows, cols;
+  bool last;  // the inputs' loads under the L2 evict_last policy (common.cuh, l2_last)
 };
 
-template <class T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_vec(const T* p) {
+template <class T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_vec(const T* p, L2Hint h) {
   if constexpr (VEC > 1) {
-    return *reinterpret_cast<const Vec<T, VEC>*>(p);
+    static_assert(sizeof(Vec<T, VEC>) == 16, "vectors are 16 bytes");
+    const uint4 q = ld16(p, h);
+    Vec<T, VEC> v;
+    memcpy(&v, &q, 16);
+    return v;
   } else {
     return Vec<T, 1>{{*p}};
   }
@@ -75,6 +80,7 @@ template <class T, int VEC, class Op>
 __global__ void __launch_bounds__(kEwThreads) ew_flat_kernel(EwArgs<Op::NIN, Op::NOUT> a, Op op) {
   constexpr int NIN = Op::NIN, NOUT = Op::NOUT, U = flat_unroll<Op>();
   const int64_t n = a.cols, tile = (int64_t)kEwThreads * VEC * U;
+  const L2Hint h = l2_hint(a.last);
   for (int64_t base = (int64_t)blockIdx.x * tile; base < n; base += (int64_t)gridDim.x * tile) {
     if (base + tile <= n) {
       Vec<T, VEC> x[U][NIN], y[U][NOUT];
@@ -82,8 +88,8 @@ __global__ void __launch_bounds__(kEwThreads) ew_flat_kernel(EwArgs<Op::NIN, Op:
       for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int i = 0; i < NIN; ++i)
-          x[u][i] = reinterpret_cast<const Vec<T, VEC>*>(static_cast<const T*>(a.in[i].ptr) + base)
-              [u * kEwThreads + threadIdx.x];
+          x[u][i] = load_vec<T, VEC>(
+              static_cast<const T*>(a.in[i].ptr) + base + (int64_t)(u * kEwThreads + threadIdx.x) * VEC, h);
 #pragma unroll
       for (int u = 0; u < U; ++u) ew_apply(op, x[u], y[u]);
 #pragma unroll
@@ -115,6 +121,7 @@ __global__ void __launch_bounds__(kEwThreads) ew_rows_kernel(EwArgs<Op::NIN, Op:
 #pragma unroll
   for (int u = 0; u < U; ++u) valid[u] = c0 + u * cspan < a.cols;
   const int64_t rstep = (int64_t)gridDim.y * blockDim.y;
+  const L2Hint h = l2_hint(a.last);
   for (int64_t r = (int64_t)blockIdx.y * blockDim.y + threadIdx.y; r < a.rows; r += rstep) {
     Vec<T, VEC> x[U][NIN], y[U][NOUT];
 #pragma unroll
@@ -122,7 +129,7 @@ __global__ void __launch_bounds__(kEwThreads) ew_rows_kernel(EwArgs<Op::NIN, Op:
       const T* p = static_cast<const T*>(a.in[i].ptr) + r * a.in[i].row_stride + c0 * a.in[i].col_stride;
 #pragma unroll
       for (int u = 0; u < U; ++u)
-        if (valid[u]) x[u][i] = load_vec<T, VEC>(p + u * cspan * a.in[i].col_stride);
+        if (valid[u]) x[u][i] = load_vec<T, VEC>(p + u * cspan * a.in[i].col_stride, h);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) ew_apply(op, x[u], y[u]);
@@ -177,11 +184,13 @@ template <class T, class Op> int ew_launch_typed(const EwArgs<Op::NIN, Op::NOUT>
   };
   aligned = aligned && (a.rows == 1 || a.cols % VEC == 0);  // the row kernel has no partial vectors
   for (int i = 0; i < Op::NIN; ++i) check(a.in[i].ptr, a.in[i].row_stride, a.in[i].col_stride);
+  EwArgs<Op::NIN, Op::NOUT> b = a;
+  b.last = l2_last(Op::NIN * a.rows * a.cols * (int64_t)sizeof(T));
   for (int k = 0; k < Op::NOUT; ++k) check(a.out[k].ptr, a.out[k].row_stride, a.out[k].col_stride);
   // Three instantiations per dtype, not four: an unaligned single row takes the row kernel's one-element path
   // (each kernel instantiation costs edit->reload time).
-  if (a.rows == 1 && unit && aligned) return ew_launch_flat<T, VEC>(a, op, stream);
-  return unit && aligned ? ew_launch_rows<T, VEC>(a, op, stream) : ew_launch_rows<T, 1>(a, op, stream);
+  if (b.rows == 1 && unit && aligned) return ew_launch_flat<T, VEC>(b, op, stream);
+  return unit && aligned ? ew_launch_rows<T, VEC>(b, op, stream) : ew_launch_rows<T, 1>(b, op, stream);
 }
 
 template <class Op> int ew_launch(const myops_out_operand* outs, const myops_operand* ins, int64_t rows,

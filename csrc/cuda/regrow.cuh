@@ -37,6 +37,9 @@ namespace rr {
 namespace cg = cooperative_groups;
 using rows::kMaxCluster;
 using rows::Pair;
+using myops::L2Hint;  // (common.cuh: the L2 policy of streamed loads)
+using myops::l2_hint;
+using myops::l2_last;
 
 constexpr int kCtaThreads = 128;  // a CTA holds several rows when one needs fewer threads than this
 
@@ -87,19 +90,6 @@ inline bool long_bwd(bool regs_hold, int64_t N, int elem) {
 inline bool long_fwd(int64_t N) {
   static const int from = env_knob("MYOPS_ROW_LONG_FWD", 1, [](int v) { return v > 0; });
   return N >= from;
-}
-// Whether a kernel's streamed row loads take the L2 evict_last policy (L2Hint), by the bytes the op reads. Taken by
-// the forward kernels of the norms, softmax and log_softmax (register, staged and long-row), softmax's backward and
-// cross_entropy's backward; not by the norms' backward (rms_norm bf16 [16384, 4096] forward+backward 85.6 -> 75.0%
-// of copy with dy and x hinted) nor cross_entropy's forward (reads only: nothing written to make room for). Measured
-// against the plain loads, % of copy, in paired runs (torch 2.11): H200 forward +2 to +4 at [16384, 4096] (rms_norm
-// fp32 93.5 -> 97.1, softmax bf16 90.1 -> 94.2), N = 65536 and 262144, and at [2048..8192, 4096]; H100 +1 to +2.
-// The exception: softmax fp32 N = 262144, 1.5 points slower on both (with the policy off as well). Inductor's
-// reductions load with the same policy. MYOPS_L2_LAST_MB=n takes it from n MB read (default 0: always; a large n
-// never).
-inline bool l2_last(int64_t bytes_read) {
-  static const int from_mb = env_knob("MYOPS_L2_LAST_MB", 0, [](int v) { return v >= 0; });
-  return bytes_read >= ((int64_t)from_mb << 20);
 }
 inline int long_fwd_ns() {
   static const int v = env_knob("MYOPS_ROW_LONG_FWD_NS", 0, [](int n) { return n == 4 || n == 8; });
@@ -431,29 +421,6 @@ template <class T> __device__ __forceinline__ uint32_t splat_word(T f) {
     memcpy(&b, &f, 2);
     return (uint32_t)b | (uint32_t)b << 16;
   }
-}
-
-// The L2 policy of a kernel's streamed input loads (host side: l2_last): evict_last keeps the lines just read ahead
-// of the output lines written beside them in L2's eviction order, so that written lines leave for HBM first;
-// evict_unchanged is what a plain load does. A policy is a register operand, so one code path serves both.
-struct L2Hint {
-  uint64_t pol;
-  bool last;
-};
-__device__ __forceinline__ L2Hint l2_hint(bool last) {
-  uint64_t a, b;  // (no inputs: made once per kernel)
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(a));
-  asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;" : "=l"(b));
-  return {last ? a : b, last};
-}
-struct NoHint {};  // a plain load
-__device__ __forceinline__ uint4 ld16(const void* p, NoHint) { return *reinterpret_cast<const uint4*>(p); }
-__device__ __forceinline__ uint4 ld16(const void* p, L2Hint h) {
-  uint4 q;
-  asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-      : "=r"(q.x), "=r"(q.y), "=r"(q.z), "=r"(q.w)
-      : "l"(p), "l"(h.pol));
-  return q;
 }
 
 // NS 16-byte vectors of one row, raw (converted on use so that they cost 4 registers each).
