@@ -54,8 +54,9 @@ template <class Ok> int env_knob(const char* name, int dflt, Ok ok) {
 }
 
 // Threads per row the geometry aims for: 128 measured best for the forward kernels at N = 4096 (64 and 256 were
-// up to 10 points slower, H200), except the fp32 layer_norm forward, which takes 256 (its kernel's choice,
-// kernel_choice); MYOPS_ROW_THREADS / MYOPS_ROW_THREADS_BWD override it for tuning.
+// up to 10 points slower, H200), except the fp32 layer_norm forward and, since the loads' L2 policy (L2Hint),
+// rms_norm's and add_rms_norm's forwards, which take 256 (the kernel's choice, kernel_choice); MYOPS_ROW_THREADS /
+// MYOPS_ROW_THREADS_BWD override it for tuning.
 inline bool tpr_ok(int t) { return t >= 32 && t <= 1024; }
 inline int target_tpr(int kernel_choice = 128) {
   static const int v = env_knob("MYOPS_ROW_THREADS", 0, tpr_ok);
