@@ -174,7 +174,7 @@ template <class T, int VEC, class Op> int ew_launch_rows(const EwArgs<Op::NIN, O
   return launch_status();
 }
 
-template <class T, class Op> int ew_launch_typed(const EwArgs<Op::NIN, Op::NOUT>& a, const Op& op,
+template <class T, class Op> int ew_launch_typed(EwArgs<Op::NIN, Op::NOUT> a, const Op& op,
                                                  cudaStream_t stream) {
   constexpr int VEC = 16 / sizeof(T);
   bool unit = true, aligned = true;
@@ -184,13 +184,12 @@ template <class T, class Op> int ew_launch_typed(const EwArgs<Op::NIN, Op::NOUT>
   };
   aligned = aligned && (a.rows == 1 || a.cols % VEC == 0);  // the row kernel has no partial vectors
   for (int i = 0; i < Op::NIN; ++i) check(a.in[i].ptr, a.in[i].row_stride, a.in[i].col_stride);
-  EwArgs<Op::NIN, Op::NOUT> b = a;
-  b.last = l2_last(Op::NIN * a.rows * a.cols * (int64_t)sizeof(T));
   for (int k = 0; k < Op::NOUT; ++k) check(a.out[k].ptr, a.out[k].row_stride, a.out[k].col_stride);
+  a.last = l2_last(Op::NIN * a.rows * a.cols * (int64_t)sizeof(T));
   // Three instantiations per dtype, not four: an unaligned single row takes the row kernel's one-element path
   // (each kernel instantiation costs edit->reload time).
-  if (b.rows == 1 && unit && aligned) return ew_launch_flat<T, VEC>(b, op, stream);
-  return unit && aligned ? ew_launch_rows<T, VEC>(b, op, stream) : ew_launch_rows<T, 1>(b, op, stream);
+  if (a.rows == 1 && unit && aligned) return ew_launch_flat<T, VEC>(a, op, stream);
+  return unit && aligned ? ew_launch_rows<T, VEC>(a, op, stream) : ew_launch_rows<T, 1>(a, op, stream);
 }
 
 template <class Op> int ew_launch(const myops_out_operand* outs, const myops_operand* ins, int64_t rows,
