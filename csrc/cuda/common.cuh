@@ -79,13 +79,12 @@ __device__ __forceinline__ double div_fast(double a, double b) { return a / b; }
 // evict_unchanged is what a plain load does. A policy is a register operand, so one code path serves both.
 struct L2Hint {
   uint64_t pol;
-  bool last;
 };
 __device__ __forceinline__ L2Hint l2_hint(bool last) {
   uint64_t a, b;  // (no inputs: made once per kernel)
   asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(a));
   asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;" : "=l"(b));
-  return {last ? a : b, last};
+  return {last ? a : b};
 }
 struct NoHint {};  // a plain load
 __device__ __forceinline__ uint4 ld16(const void* p, NoHint) { return *reinterpret_cast<const uint4*>(p); }
