@@ -63,6 +63,24 @@ def test_special_values(sm, device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [65536, 262144])
+def test_long_special_values(sm, device, dtype, n):
+    """The special values on rows split over a cluster (on the GPU, the pipelined forward's online (max, sum) pairs):
+    -inf in every other column, an all -inf row, one NaN, and one huge entry in the last CTA's slice (every other
+    slice's sum scaled by exp(-1e4) = 0)."""
+    inf, nan = float("inf"), float("nan")
+    x = make_tensor((5, n), torch.float64, "cpu", seed=n) * 4
+    x[0, ::2] = -inf
+    x[1] = -inf
+    x[2, n // 3] = nan
+    x[3, n - 5] = 1e4
+    x[4, 7] = -1e4
+    out = sm.fn(x.to(dtype=dtype, device=device))
+    check_close(out, sm.torch_fn(x.to(dtype).double(), -1), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck(sm, device):
     x = make_tensor((4, 9), torch.float64, device, "col_strided").requires_grad_()
     check_gradcheck(lambda a: sm.fn(a, -1), [x])

@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
       for (int e = 0; e < VEC; ++e) {
         const D xh = (D(v[e]) - D(k) - mu) * rs;
         if (dwb && e < nv) {
-          acc[0][j * VEC + e] += A(D(g[e]) * xh);
-          acc[1][j * VEC + e] += g[e];
+          acc.add(0, j * VEC + e, D(g[e]) * xh);
+          acc.add(1, j * VEC + e, D(g[e]));
         }
         v[e] = A(rs * (gw[e] - mg - xh * mgx));
       }

@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
       if (ADD && ds_out.ptr != nullptr) t.get(2, j, u, A(0), false);  // null: no gradient flows into the s output
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        if (dw && wc && e < nv) acc[0][j * VEC + e] += A(D(g[e]) * D(v[e]) * rs);
+        if (dw && wc && e < nv) acc.add(0, j * VEC + e, D(g[e]) * D(v[e]) * rs);
         D d = rs * (gw[e] - D(v[e]) * k);
         if (ADD && ds_out.ptr != nullptr) d += D(u[e]);
         g[e] = A(d);

@@ -66,8 +66,6 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
 }
 
-struct SplitReduce;
-
 // Row j's slices of OPS [M, N] operands in STAGES shared-memory stages of NS slots of CTA threads.
 template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
   static constexpr int VEC = 16 / sizeof(T);
@@ -76,9 +74,12 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
   static constexpr int bar_bytes() { return 2 * STAGES * 8; }
   unsigned char* smem;  // bytes()
   unsigned bars;        // full[STAGES], then empty[STAGES]
+  bool hinted;          // the copies carry hint's L2 policy (rr::l2_hint)
+  rr::L2Hint hint;
 
   // bar: bar_bytes() of shared memory, 8-byte aligned. Thread 0 initializes (run()).
-  __device__ Pipe(unsigned char* s, unsigned char* bar) : smem(s), bars(rr::smem_addr(bar)) {}
+  __device__ Pipe(unsigned char* s, unsigned char* bar, bool hinted_ = false, rr::L2Hint h = {})
+      : smem(s), bars(rr::smem_addr(bar)), hinted(hinted_), hint(h) {}
   __device__ void init() const {
     for (int b = 0; b < STAGES; ++b) {
       mbar_init(full(b), 1);
@@ -135,10 +136,16 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
         if (n == 0) break;
         const unsigned dst = rr::smem_addr(smem + (size_t)((b * OPS + op) * NS + s) * CTA * 16);
         const T* src = base[op] + row * rs[op] + c0 + (int64_t)s * tpr * VEC;
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-            "l"(src), "r"(n), "r"(full(b))
-            : "memory");
+        if (hinted)
+          asm volatile(
+              "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+              "%4;" ::"r"(dst), "l"(src), "r"(n), "r"(full(b)), "l"(hint.pol)
+              : "memory");
+        else
+          asm volatile(
+              "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+              "l"(src), "r"(n), "r"(full(b))
+              : "memory");
       }
     }
   }
@@ -167,31 +174,99 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
   // hides behind a pass); pass1(b, r, st) -> float2: row r's first pass over stage b, returning the thread's two
   // partial sums (sent to the cluster); pass2(b, r, st, tot): row r's second pass, with the cluster's totals. Row
   // j + 1's first pass runs before row j's second (its sums cross the cluster meanwhile).
-  template <class Stats, class Pass1, class Pass2>
+  template <class Red, class Stats, class Pass1, class Pass2>
   __device__ __forceinline__ void run(const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t first,
-                                      int64_t step, int64_t M, int N, int tpr, const SplitReduce& red, Stats stats,
+                                      int64_t step, int64_t M, int N, int tpr, const Red& red, Stats stats,
                                       Pass1 pass1, Pass2 pass2) const;
-  template <class Stats, class Pass1, class Pass2>
+  // Every thread, before the row loop: thread 0 sets up the mbarriers and starts the first rows' copies, then a
+  // cluster barrier (every CTA's mbarriers exist before any remote send).
+  template <class Red>
+  __device__ __forceinline__ void begin(const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t first,
+                                        int64_t step, int64_t M, int N, int tpr, const Red& red) const {
+    if (threadIdx.x == 0) {
+      init();
+      red.init();
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      start(base, rs, first, step, M, N, tpr);
+    }
+    cluster_sync();
+  }
+  // The whole of a kernel without saved statistics (the forwards), with first passes `lag` rows ahead of second
+  // passes, so that up to `lag` rows' reductions are in flight at once (lag is clamped to STAGES - 1, which a row
+  // ahead must not wait on its own stage, and to Red::max_lag()). pass1(b, r) -> float2: row r's first pass over
+  // stage b; pass2(b, r, tot): its second pass, with the cluster's totals.
+  template <class Red, class Pass1, class Pass2>
+  __device__ __forceinline__ void run_ahead(const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t first,
+                                            int64_t step, int64_t M, int N, int tpr, const Red& red, int lag,
+                                            Pass1 pass1, Pass2 pass2) const;
+  template <class Red, class Stats, class Pass1, class Pass2>
   __device__ __forceinline__ void rows_loop(const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t first,
-                                            int64_t step, int64_t n, int N, int tpr, const SplitReduce& red,
+                                            int64_t step, int64_t n, int N, int tpr, const Red& red,
                                             Stats stats, Pass1 pass1, Pass2 pass2) const;
 };
 
-// A row's pair of sums over the cluster, sent and taken apart (at most four rows outstanding: 4 slot sets).
+// The combine of SplitReduce's pairs: the norms' two sums (PairSum) or online softmax's (max, sum of exp(x - max))
+// (PairMaxExp). warp(a, b): the warp's total of every lane's pair, in every lane; ctas(p): the total of lanes 0-15's
+// pairs (lanes 16-31 hold copies), in every lane, the same bits in every CTA (a fixed butterfly of a commutative
+// combine).
+struct PairSum {
+  __device__ static float2 identity() { return make_float2(0.f, 0.f); }
+  // lanes 0-15 reduce a, 16-31 b (each shuffle carries one value per lane)
+  __device__ __forceinline__ static float2 warp(float a, float b) {
+    const int hi = (threadIdx.x >> 4) & 1;
+    float x = (hi ? b : a) + rr::shfl_xor(hi ? a : b, 16);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) x += rr::shfl_xor(x, o);
+    return make_float2(__shfl_sync(0xffffffffu, x, 0), __shfl_sync(0xffffffffu, x, 16));
+  }
+  __device__ __forceinline__ static float2 ctas(float2 p) {
+    float x = (threadIdx.x & 31) < 16 ? p.x : p.y;
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) x += rr::shfl_xor(x, o);
+    return make_float2(__shfl_sync(0xffffffffu, x, 0), __shfl_sync(0xffffffffu, x, 16));
+  }
+};
+template <class T> struct PairMaxExp {
+  __device__ static float2 identity() { return make_float2(rows::neg_inf<float>(), 0.f); }
+  __device__ __forceinline__ static float2 combine(float2 x, float2 y) {
+    const float m = fmaxf(x.x, y.x);
+    if (m == rows::neg_inf<float>()) return make_float2(m, x.y + y.y);  // nothing finite: no exp(-inf - -inf)
+    return make_float2(m, x.y * rows::exp_of<T>(x.x - m) + y.y * rows::exp_of<T>(y.x - m));
+  }
+  __device__ __forceinline__ static float2 step(float2 v, int o) {
+    return combine(v, make_float2(rr::shfl_xor(v.x, o), rr::shfl_xor(v.y, o)));
+  }
+  __device__ __forceinline__ static float2 warp(float a, float b) {
+    float2 v = make_float2(a, b);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = step(v, o);
+    return v;
+  }
+  __device__ __forceinline__ static float2 ctas(float2 p) {
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) p = step(p, o);
+    return p;
+  }
+};
+
+// A row's pair over the cluster, sent and taken apart (SETS slot sets; at most SETS rows outstanding), combined by
+// Op.
 // send: each warp's total goes to a local slot and the warp arrives on the set's local mbarrier; warp 0 waits for
 // all warps, totals the CTA's slots in a fixed order and sends the CTA total (st.async) into its slot of every CTA of
 // the cluster, counted in bytes on that CTA's mbarrier of the set. take: waits for the cluster's bytes and totals the
 // CTA slots in the same order in every CTA (the same bits everywhere).
-// Set reuse: a CTA sends row j + 4 only after every warp took row j + 2, which needed every CTA's send of row j + 2,
-// sent after all that CTA's warps finished row j + 2's first pass, hence after they took row j (program order). So
-// no CTA's set j % 4 (slots or mbarrier phase) is overwritten before it has been taken.
-struct SplitReduce {
-  static constexpr int kSets = 4, kWarps = 32, kCtas = 16;
+// Set reuse, with sends `lag` rows ahead of takes (Pipe::rows_loop): a CTA sends row k after its warps' first pass
+// of row k, which follows (program order) their take of row k - lag - 1; that take needed every CTA's send of row
+// k - lag - 1, made after that CTA's warps' first pass of it, hence after they took row k - 2 lag - 2. So no CTA's
+// set k % SETS (slots or mbarrier phase) is overwritten before it has been taken if SETS >= 2 lag + 2 (lag 1: 4 sets).
+template <class Op, int SETS = 4> struct SplitReduceOf {
+  static constexpr int kSets = SETS, kWarps = 32, kCtas = 16;
+  static constexpr int max_lag() { return (SETS - 2) / 2; }
   static constexpr int bytes() { return kSets * (kWarps + kCtas) * 8 + 2 * kSets * 8; }
   float2* loc;   // [kSets][kWarps] warp totals of this CTA
   float2* rem;   // [kSets][kCtas] CTA totals of the cluster
   unsigned bars; // loc_bar[kSets], rem_bar[kSets]
-  __device__ explicit SplitReduce(unsigned char* s)
+  __device__ explicit SplitReduceOf(unsigned char* s)
       : loc(reinterpret_cast<float2*>(s)),
         rem(reinterpret_cast<float2*>(s) + kSets * kWarps),
         bars(rr::smem_addr(s + kSets * (kWarps + kCtas) * 8)) {}
@@ -203,26 +278,17 @@ struct SplitReduce {
       mbar_init(rem_bar(k), 1);
     }
   }
-  // The warp total of (a, b): lanes 0-15 reduce a, 16-31 b (each shuffle carries one value per lane); lane 0 gets
-  // both.
-  __device__ __forceinline__ static float2 warp_total(float a, float b) {
-    const int hi = (threadIdx.x >> 4) & 1;
-    float x = (hi ? b : a) + rr::shfl_xor(hi ? a : b, 16);
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) x += rr::shfl_xor(x, o);
-    return make_float2(x, __shfl_sync(0xffffffffu, x, 16));
-  }
   __device__ __forceinline__ void send(unsigned j, float a, float b) const {
     const int k = j % kSets, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const float2 v = warp_total(a, b);
+    const float2 v = Op::warp(a, b);
     if (lane == 0) {
       loc[k * kWarps + warp] = v;
       mbar_arrive(loc_bar(k));  // (release: the slot is visible to warp 0 once it sees the phase)
     }
     if (warp != 0) return;
     rr::mbar_wait(loc_bar(k), (j / kSets) & 1);
-    const float2 p = lane < nw ? loc[k * kWarps + lane] : make_float2(0.f, 0.f);
-    const float2 t = warp_total(p.x, p.y);
+    const float2 p = lane < nw ? loc[k * kWarps + lane] : Op::identity();
+    const float2 t = Op::warp(p.x, p.y);
     const int ctas = (int)rr::cluster_size();
     if (lane == 0) mbar_expect(rem_bar(k), ctas * 8);
     if (lane < ctas) {
@@ -231,16 +297,13 @@ struct SplitReduce {
     }
   }
   __device__ __forceinline__ float2 take(unsigned j) const {
-    const int k = j % kSets, lane = threadIdx.x & 31, i = lane & 15;
+    const int k = j % kSets, i = threadIdx.x & 15;
     rr::mbar_wait(rem_bar(k), (j / kSets) & 1);
     const int ctas = (int)rr::cluster_size();
-    const float2 p = i < ctas ? rem[k * kCtas + i] : make_float2(0.f, 0.f);
-    float x = lane < 16 ? p.x : p.y;
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) x += rr::shfl_xor(x, o);
-    return make_float2(__shfl_sync(0xffffffffu, x, 0), __shfl_sync(0xffffffffu, x, 16));
+    return Op::ctas(i < ctas ? rem[k * kCtas + i] : Op::identity());
   }
 };
+using SplitReduce = SplitReduceOf<PairSum>;
 
 // Writes a thread's per-column sums of its NS slots to `row` (a workspace row of N, 16-byte stores).
 template <class T, int NS>
@@ -258,50 +321,51 @@ __device__ __forceinline__ void store_sums(float* __restrict__ row, const float 
 
 // A pipelined kernel's shared memory: P's stages, one per-column parameter vector (the weight, rr::ColParam), the
 // reduction, P's mbarriers.
-template <class P, class W> struct Smem {
-  static constexpr int bytes() { return P::bytes() + W::bytes() + SplitReduce::bytes() + P::bar_bytes(); }
+template <class P, class W, class R = SplitReduce> struct Smem {
+  static constexpr int bytes() { return P::bytes() + W::bytes() + R::bytes() + P::bar_bytes(); }
   __device__ static unsigned char* param(unsigned char* s) { return s + P::bytes(); }
   __device__ static unsigned char* reduce(unsigned char* s) { return s + P::bytes() + W::bytes(); }
-  __device__ static unsigned char* bars(unsigned char* s) { return reduce(s) + SplitReduce::bytes(); }
+  __device__ static unsigned char* bars(unsigned char* s) { return reduce(s) + R::bytes(); }
+};
+
+// No per-column parameter vector (Smem's W for the forward kernels without one).
+struct NoParam {
+  static constexpr int bytes() { return 0; }
 };
 
 // The pipeline of OPS operands at NS vectors per thread in CTAs of up to CTA threads with the most stages that fit
-// beside the weight in an SM's shared memory (227 KB a CTA): 3 of 64 KB at NS = 4, 16-bit and fp32 rows alike (2
-// instead: H200 forward+backward, % of copy, bf16 layer_norm N = 65536 76.4 -> 65.5, rms_norm 83.5 -> 71.9).
-template <class T, int NS, int CTA, int OPS> struct Fit {
-  static constexpr int kStage = OPS * NS * CTA * 16, kParam = NS * CTA * 16;
-  static constexpr int kFree = 232448 - kParam - SplitReduce::bytes() - 2 * 8 * 8;
+// beside PARAMS per-column parameter vectors (0 or 1: the weight) in an SM's shared memory (227 KB a CTA): 3 of
+// 64 KB at NS = 4 with the weight, 16-bit and fp32 rows alike (2 instead: H200 forward+backward, % of copy, bf16
+// layer_norm N = 65536 76.4 -> 65.5, rms_norm 83.5 -> 71.9).
+// R: the reduction (its slot sets). (The 1 KB is the kernels' static shared memory.)
+template <class T, int NS, int CTA, int OPS, int PARAMS = 1, class R = SplitReduce> struct Fit {
+  static constexpr int kStage = OPS * NS * CTA * 16, kParam = PARAMS * NS * CTA * 16;
+  static constexpr int kFree = 232448 - 1024 - kParam - R::bytes() - 2 * 8 * 8;
   static constexpr int stages = MYOPS_PIPE_STAGES > 0 ? MYOPS_PIPE_STAGES : std::min(8, kFree / kStage);
   using P = Pipe<T, NS, CTA, OPS, stages>;
-  using S = Smem<P, rr::ColParam<T, NS, CTA>>;
+  using S = Smem<P, std::conditional_t<PARAMS == 0, NoParam, rr::ColParam<T, NS, CTA>>, R>;
 };
 
 template <class T, int NS, int CTA, int OPS, int STAGES>
-template <class Stats, class Pass1, class Pass2>
+template <class Red, class Stats, class Pass1, class Pass2>
 __device__ __forceinline__ void Pipe<T, NS, CTA, OPS, STAGES>::run(const T* const (&base)[OPS],
                                                                    const int64_t (&rs)[OPS], int64_t first,
                                                                    int64_t step, int64_t M, int N, int tpr,
-                                                                   const SplitReduce& red, Stats stats, Pass1 pass1,
+                                                                   const Red& red, Stats stats, Pass1 pass1,
                                                                    Pass2 pass2) const {
   using St = decltype(stats(int64_t(0)));
-  if (threadIdx.x == 0) {  // the mbarriers, then the first rows' copies
-    init();
-    red.init();
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    start(base, rs, first, step, M, N, tpr);
-  }
-  cluster_sync();  // every CTA's mbarriers exist before any remote send
+  begin(base, rs, first, step, M, N, tpr, red);
   const int64_t n = rows(first, step, M);
   if (n > 0) rows_loop(base, rs, first, step, n, N, tpr, red, stats, pass1, pass2);
   cluster_sync();  // no CTA exits while another may still send to it
 }
 
 template <class T, int NS, int CTA, int OPS, int STAGES>
-template <class Stats, class Pass1, class Pass2>
+template <class Red, class Stats, class Pass1, class Pass2>
 __device__ __forceinline__ void Pipe<T, NS, CTA, OPS, STAGES>::rows_loop(const T* const (&base)[OPS],
                                                                          const int64_t (&rs)[OPS], int64_t first,
                                                                          int64_t step, int64_t n, int N, int tpr,
-                                                                         const SplitReduce& red, Stats stats,
+                                                                         const Red& red, Stats stats,
                                                                          Pass1 pass1, Pass2 pass2) const {
   using St = decltype(stats(int64_t(0)));
   St st = stats(first), st_n = n > 1 ? stats(first + step) : St{};
@@ -333,6 +397,41 @@ __device__ __forceinline__ void Pipe<T, NS, CTA, OPS, STAGES>::rows_loop(const T
     b = bn;
     ph = phn;
   }
+}
+
+template <class T, int NS, int CTA, int OPS, int STAGES>
+template <class Red, class Pass1, class Pass2>
+__device__ __forceinline__ void Pipe<T, NS, CTA, OPS, STAGES>::run_ahead(const T* const (&base)[OPS],
+                                                                         const int64_t (&rs)[OPS], int64_t first,
+                                                                         int64_t step, int64_t M, int N, int tpr,
+                                                                         const Red& red, int lag, Pass1 pass1,
+                                                                         Pass2 pass2) const {
+  begin(base, rs, first, step, M, N, tpr, red);
+  lag = std::max(1, std::min(lag, std::min(STAGES - 1, Red::max_lag())));
+  const unsigned n = (unsigned)rows(first, step, M);  // row j of the cluster: stage j % STAGES, use j / STAGES
+  for (unsigned j = 0; j < (unsigned)lag && j < n; ++j) {
+    wait(j % STAGES, (j / STAGES) & 1u);
+    const float2 p = pass1(j % STAGES, first + j * step);
+    red.send(j, p.x, p.y);
+  }
+  for (unsigned j = 0; j < n; ++j) {
+    const unsigned k = j + lag;
+    if (k < n) {
+      wait(k % STAGES, (k / STAGES) & 1u);
+      const float2 p = pass1(k % STAGES, first + k * step);
+      red.send(k, p.x, p.y);
+    }
+    const int b = j % STAGES;
+    pass2(b, first + j * step, red.take(j));
+    if (j + STAGES < n) {  // stage b takes row j + STAGES once every warp has read it
+      release(b);
+      if (threadIdx.x == 0) {
+        wait_empty(b, (j / STAGES) & 1u);
+        issue(b, base, rs, first + (int64_t)(j + STAGES) * step, N, tpr);
+      }
+    }
+  }
+  cluster_sync();  // no CTA exits while another may still send to it
 }
 
 }  // namespace rp

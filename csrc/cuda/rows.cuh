@@ -48,6 +48,7 @@ struct Plan {
   int nstage;        // staged inputs
   int nacc;          // per-column accumulators (weight gradients), 0 if none
   int acc_smem;      // 1: accumulators in shared memory, 0: in the global workspace
+  int acc_wide;      // 1: the shared-memory accumulators are fp64 (rounded once, into the workspace)
   int nbuf;          // staging buffers per row slot: 2 = the next row's copy is in flight during this row's work
   int64_t groups;    // row groups in the grid (grid.x = groups * cluster)
   int64_t smem;      // dynamic shared memory per CTA, bytes
@@ -89,6 +90,12 @@ template <class T> __device__ __forceinline__ acc_t<T> exp_of(acc_t<T> x) {
   if constexpr (sizeof(T) == 2) return exp_ftz(x);
   else if constexpr (sizeof(T) == 4) return exp_f32(x);
   else return exp(x);
+}
+// a / b correctly rounded (fp32, away from overflow and subnormal quotients) given inv = 1 / b correctly rounded:
+// one FMA correction of a * inv (Markstein) instead of the division's instruction sequence per element.
+__device__ __forceinline__ float div_rn(float a, float b, float inv) {
+  const float q = a * inv;
+  return fmaf(fmaf(-q, b, a), inv, q);
 }
 template <class T> __device__ __forceinline__ acc_t<T> log_of(acc_t<T> x) {
   if constexpr (sizeof(T) == 8) return log(x);
@@ -329,40 +336,54 @@ template <class T> struct OutRow {
 };
 
 // Per-column accumulators of a backward pass (weight gradients): this row group's columns of each of nacc
-// arrays, in shared memory when they fit (flushed to the workspace at the end) or directly in the workspace
-// ws [nacc][groups * rows_per_cta][N] (acc_t<T>). Each thread touches only the columns of its own slots.
+// arrays, in shared memory when they fit (fp64 when Plan::acc_wide, else acc_t<T>; flushed to the workspace at the
+// end) or directly in the workspace ws [nacc][groups * rows_per_cta][N] (acc_t<T>). Each thread touches only the
+// columns of its own slots.
 template <class T> struct ColAcc {
   using A = acc_t<T>;
-  A* base;
-  int64_t stride;   // between the nacc arrays
-  A* ws;            // this group's row of the workspace, column c0
+  A* narrow;         // the accumulators in acc_t<T> (shared memory or the workspace), or null
+  double* wide;      // the fp64 accumulators in shared memory, or null
+  int64_t stride;    // between the nacc arrays
+  A* ws;             // this group's row of the workspace, column c0
   int64_t ws_stride;
-  __device__ ColAcc(const Ctx& c, A* workspace, unsigned char* acc_smem, int64_t N) {
+  __device__ ColAcc(const Ctx& c, A* workspace, unsigned char* acc_smem, int64_t N) : narrow(nullptr), wide(nullptr) {
     const int64_t owners = c.p.groups * c.p.rows_per_cta;
     ws = workspace + c.group * N + c.c0;
     ws_stride = owners * N;
+    const int64_t off = (int64_t)c.slot * c.p.nacc * c.p.chunk;
     if (c.p.acc_smem) {
-      base = reinterpret_cast<A*>(acc_smem) + (int64_t)c.slot * c.p.nacc * c.p.chunk;
+      if (c.p.acc_wide) wide = reinterpret_cast<double*>(acc_smem) + off;
+      else narrow = reinterpret_cast<A*>(acc_smem) + off;
       stride = c.p.chunk;
     } else {
-      base = ws;
+      narrow = ws;
       stride = ws_stride;
     }
   }
-  __device__ A* operator[](int k) const { return base + k * stride; }
+  // array k, column i (of the CTA's chunk) += v
+  __device__ __forceinline__ void add(int k, int64_t i, double v) const {
+    if (wide) wide[k * stride + i] += v;
+    else narrow[k * stride + i] += A(v);
+  }
   // zero this thread's columns (call before the row loop)
   __device__ void zero(const Ctx& c, int nacc) const {
     constexpr int VEC = 16 / sizeof(T);
     for (int64_t j = c.tid; j < ceil_div(c.n, VEC); j += c.nthr)
       for (int k = 0; k < nacc; ++k)
-        for (int e = 0; e < VEC && j * VEC + e < c.n; ++e) (*this)[k][j * VEC + e] = A(0);
+        for (int e = 0; e < VEC && j * VEC + e < c.n; ++e) {
+          if (wide) wide[k * stride + j * VEC + e] = 0.0;
+          else narrow[k * stride + j * VEC + e] = A(0);
+        }
   }
   __device__ void flush(const Ctx& c, int nacc) const {
     constexpr int VEC = 16 / sizeof(T);
     if (!c.p.acc_smem) return;
     for (int64_t j = c.tid; j < ceil_div(c.n, VEC); j += c.nthr)
       for (int k = 0; k < nacc; ++k)
-        for (int e = 0; e < VEC && j * VEC + e < c.n; ++e) ws[k * ws_stride + j * VEC + e] = (*this)[k][j * VEC + e];
+        for (int e = 0; e < VEC && j * VEC + e < c.n; ++e) {
+          const int64_t i = k * stride + j * VEC + e;
+          ws[k * ws_stride + j * VEC + e] = wide ? A(wide[i]) : narrow[i];
+        }
   }
 };
 
@@ -404,11 +425,17 @@ inline Plan make_plan(int64_t M, int64_t N, int elem, int nstage, int nacc, int 
     p.threads = (int)std::min<int64_t>(kMaxThreads, std::max<int64_t>(128, t));
   }
   const int64_t stage_bytes = (int64_t)p.rows_per_cta * nstage * p.buf * elem;
-  const int64_t acc_bytes = (int64_t)p.rows_per_cta * nacc * p.chunk * acc_elem;
+  int64_t acc_bytes = (int64_t)p.rows_per_cta * nacc * p.chunk * acc_elem;
   p.resident = want_resident && stage_bytes <= kMaxSmem;
   p.nbuf = p.resident && 2 * stage_bytes + acc_bytes <= kMaxSmem ? 2 : 1;
   const int64_t staged = p.resident ? p.nbuf * stage_bytes : 0;
   p.acc_smem = nacc > 0 && staged + acc_bytes <= kMaxSmem;
+  // fp64 accumulators where they fit beside the same staging: a group's column sum of many rows in fp32 rounded at
+  // the magnitude of its partial sums, which broke the 2x-eager rule where the column's total cancels (add_rms_norm
+  // fp32 [194, 2]: dw error 2.0e-6 against eager's 6.1e-7, |dw| 0.51)
+  const int64_t wide_bytes = acc_bytes / acc_elem * 8;
+  p.acc_wide = p.acc_smem && acc_elem < 8 && staged + wide_bytes <= kMaxSmem;
+  if (p.acc_wide) acc_bytes = wide_bytes;
   p.smem = staged + (p.acc_smem ? acc_bytes : 0);
   p.groups = 0;  // set by finish_plan
   return p;

@@ -7,7 +7,7 @@
 // backward:  softmax: dx = y * (dy - sum(dy * y))      log_softmax: dx = dy - exp(y) * sum(dy)
 // Rows of -inf give NaN and NaN propagates, as in eager.
 #pragma once
-#include "regrow.cuh"
+#include "rowpipe.cuh"
 
 namespace myops {
 namespace softmax {
@@ -106,6 +106,18 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
   c.finish();
 }
 
+// A vector's output given the row's max m (ms = exp_shift(m)), sum of exp(x - ms), log(sum) and 1 / sum.
+template <class T, bool LOG, int VEC>
+__device__ __forceinline__ void out_vec(acc_t<T> (&a)[VEC], acc_t<T> m, acc_t<T> ms, acc_t<T> sum, acc_t<T> logs,
+                                        acc_t<T> inv) {
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    if constexpr (LOG) a[e] = (a[e] - m) - logs;  // not a - (m + logs): that rounds at m's magnitude
+    else if constexpr (sizeof(T) == 2) a[e] = exp_of<T>(a[e] - ms) * inv;  // the rounding to T hides 1 ulp
+    else a[e] = div_rn(exp_of<T>(a[e] - ms), sum, inv);
+  }
+}
+
 // ---- fast path (regrow.cuh): rows in registers; two exact reductions (max, then sum) instead of the online pair.
 template <class T, int NS, bool LOG>
 __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
@@ -140,12 +152,7 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
       if (c >= N) break;
       A a[VEC];
       v.fresh(s, a);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        if constexpr (LOG) a[e] = (a[e] - m) - logs;  // not a - (m + logs): that rounds at m's magnitude
-        else if constexpr (sizeof(T) == 2) a[e] = exp_of<T>(a[e] - ms) * inv;  // the rounding to T hides 1 ulp
-        else a[e] = exp_of<T>(a[e] - ms) / sum;
-      }
+      out_vec<T, LOG>(a, m, ms, sum, logs, inv);
       rr::store(y + r * ys, c, a);
     }
   }
@@ -190,6 +197,133 @@ __global__ void __launch_bounds__(NS > 4 ? 512 : rr::max_threads<T>()) rr_bwd_ke
   }
 }
 
+// Long rows as a pipeline (rowpipe.cuh): x's slices arrive by bulk copies, STAGES rows ahead of the row being
+// written, into shared memory; the first pass takes each thread's (max, sum of exp(x - max)) and sends the pair
+// over the cluster (the online combine, PairMaxExp), and row j + 1's first pass runs while row j's pair crosses the
+// cluster; the second pass writes y from the stage. rr_fwd_kernel's CTAs hold the row in registers and take one
+// row each: HBM idled through each row's two cluster reductions.
+using PipeRed = rp::SplitReduceOf<rp::PairMaxExp<float>, 8>;  // (the combine's exp is fp32's for every T)
+template <class T, int NS, int CTA> using PipeFit = rp::Fit<T, NS, CTA, 1, 0, PipeRed>;
+template <class T, int NS, int CTA, bool LOG>
+__global__ void __launch_bounds__(CTA, 1) rp_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                        const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                        int64_t M, int N, int tpr, int lag, bool last) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  using L = typename PipeFit<T, NS, CTA>::S;
+  extern __shared__ __align__(128) unsigned char pipe_smem[];
+  const typename PipeFit<T, NS, CTA>::P pipe(pipe_smem, L::bars(pipe_smem), true, rr::l2_hint(last));
+  const PipeRed red(L::reduce(pipe_smem));
+  const rr::Lane l(tpr);
+  const T* const base[1] = {x};
+  const int64_t rstr[1] = {xs};
+  // this thread's (max, sum of exp(x - max)) of row r's slots in stage b
+  const auto pass1 = [&](int b, int64_t) {
+    A v[NS][VEC];
+    A m = neg_inf<A>();
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      if (rr::Regs<T, NS>::col(s, l.t, tpr) < N) {
+        pipe.get(b, 0, s, v[s]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[s][e] = neg_inf<A>();  // past N: adds exp(-inf) = 0
+      }
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) m = fmaxf(m, v[s][e]);
+    }
+    const A ms = rr::exp_shift(m);
+    A se = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) se += exp_of<T>(v[s][e] - ms);
+    return float2{m, se};
+  };
+  // row r's output from stage b, with the row's (max, sum)
+  const auto pass2 = [&](int b, int64_t r, float2 tot) {
+    const A m = tot.x, sum = tot.y, ms = rr::exp_shift(m);
+    const A logs = log_of<T>(sum), inv = A(1) / sum;
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {
+      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+      if (c >= N) break;
+      A a[VEC];
+      pipe.get(b, 0, s, a);
+      out_vec<T, LOG>(a, m, ms, sum, logs, inv);
+      rr::store(y + r * ys, c, a);
+    }
+  };
+  pipe.run_ahead(base, rstr, l.first(), l.step(), M, N, tpr, red, lag, pass1, pass2);
+}
+
+// MYOPS_ROW_PIPE_FWD: 1 (default) the policy of pipe_fwd_geo, 0 never rp_fwd_kernel, 2 every row it holds that the
+// register kernel splits over a cluster (A/B). MYOPS_ROW_PIPE_FWD_NS (4 or 8): its vectors per thread;
+// MYOPS_ROW_PIPE_LAG (1-3): rows its first passes run ahead (tuning). Read once.
+inline int pipe_fwd_mode() {
+  static const int v = rr::env_knob("MYOPS_ROW_PIPE_FWD", 1, [](int m) { return m >= 0 && m <= 2; });
+  return v;
+}
+inline int pipe_fwd_lag() {
+  static const int v = rr::env_knob("MYOPS_ROW_PIPE_LAG", 1, [](int n) { return n >= 1 && n <= 3; });
+  return v;
+}
+inline int pipe_fwd_ns() {
+  static const int v = rr::env_knob("MYOPS_ROW_PIPE_FWD_NS", 0, [](int n) { return n == 2 || n == 4 || n == 8; });
+  return v;
+}
+inline int pipe_fwd_cta() {
+  static const int v = rr::env_knob("MYOPS_ROW_PIPE_CTA", 512, [](int n) { return n == 512 || n == 1024; });
+  return v;
+}
+// ns vectors per thread in the fewest CTAs (2-16, a cluster) of up to cta threads that hold a row of N (ns = 0: none).
+inline rr::Geo pipe_geo(int64_t N, int elem, int ns, int cta) {
+  rr::Geo g;
+  const int vec = 16 / elem;
+  if (N % vec != 0) return g;
+  const int64_t need = ceil_div(N / vec, (int64_t)ns);
+  for (int c = 2; c <= 16; c *= 2) {
+    const int64_t t = ceil_div(need, (int64_t)c);
+    if (t > cta) continue;
+    g.ns = ns;
+    g.cluster = c;
+    g.threads = (int)ceil_div(t, (int64_t)32) * 32;
+    g.tpr = g.threads * c;
+    g.rows = 1;
+    return g;
+  }
+  return g;
+}
+// The kernels instantiated: 8 vectors per thread in CTAs of 512, 2 or 4 in CTAs of 1024.
+template <class T, bool LOG> auto rp_fwd_kernel_for(int ns) {
+  return ns == 8 ? rp_fwd_kernel<T, 8, 512, LOG> : ns == 2 ? rp_fwd_kernel<T, 2, 1024, LOG> : rp_fwd_kernel<T, 4, 1024, LOG>;
+}
+template <class T> int pipe_smem_bytes(int ns) {
+  return ns == 8 ? PipeFit<T, 8, 512>::S::bytes() : ns == 2 ? PipeFit<T, 2, 1024>::S::bytes()
+                                                             : PipeFit<T, 4, 1024>::S::bytes();
+}
+// The pipeline's geometry for a row of N that the register kernel splits over a cluster (ns = 0: none): the fewest
+// CTAs that hold the row at the fewest vectors per thread in a cluster of up to 8, else 16. By default only fp32 rows
+// that need 16 CTAs of 8 vectors (over 131072 elements) take it, where it measured faster (H200, forward, % of copy,
+// register kernel -> pipeline at lag 1: N = 262144 softmax 70.5 -> 76.0, log_softmax 74.1 -> 85.1); elsewhere it
+// lost 10-35 points (N = 65536 softmax bf16 89.5 -> 52.7, fp32 91.2 -> 62.3; bf16 N = 262144 79.7 -> 65.7); running
+// first passes 2 or 3 rows ahead changed nothing at N = 65536.
+template <class T> rr::Geo pipe_fwd_geo(int64_t N) {
+  const int mode = pipe_fwd_mode(), forced = pipe_fwd_ns(), cta = pipe_fwd_cta();
+  if (mode == 0) return {};
+  for (const int cmax : {rr::kMaxCluster, 16})
+    for (const int ns : {2, 4, 8}) {
+      if ((forced && ns != forced) || (cta == 512) != (ns == 8)) continue;
+      rr::Geo g = pipe_geo(N, sizeof(T), ns, cta);
+      if (g.ns == ns && g.cluster <= cmax) {
+        if (mode == 1 && !(sizeof(T) == 4 && g.cluster == 16)) return {};
+        g.smem = pipe_smem_bytes<T>(ns);
+        return g;
+      }
+    }
+  return {};
+}
+
 // Vectors per thread (0: fp64 takes the rows.cuh engine); forward holds one row, backward two.
 template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
 template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 4;
@@ -219,6 +353,15 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
     constexpr int es = sizeof(T);
     const rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es);
     if (g0.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
+      if constexpr (sizeof(T) != 8) {
+        const rr::Geo gp = g0.cluster > 1 ? pipe_fwd_geo<T>(N) : rr::Geo{};
+        const auto kernel = rp_fwd_kernel_for<T, LOG>(gp.ns);
+        const int64_t grid = gp.ns ? rr::resident_grid(gp, kernel, M) : -1;
+        if (grid > 0)  // (else its clusters cannot be scheduled: the register kernel's may)
+          return rr::launch(gp, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
+                            static_cast<const T*>(x.ptr), x.row_stride, M, (int)N, gp.tpr, pipe_fwd_lag(),
+                            rr::l2_last(M * N * es));
+      }
       return rr::with_ns<kFwdNs<T>>(g0.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
         const rr::Geo g = rr::staged(g0, rr::Stage<T, NS>::bytes_per_thread(), rr_fwd_kernel<T, NS, LOG>);
