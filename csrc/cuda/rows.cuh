@@ -430,9 +430,9 @@ inline Plan make_plan(int64_t M, int64_t N, int elem, int nstage, int nacc, int 
   p.nbuf = p.resident && 2 * stage_bytes + acc_bytes <= kMaxSmem ? 2 : 1;
   const int64_t staged = p.resident ? p.nbuf * stage_bytes : 0;
   p.acc_smem = nacc > 0 && staged + acc_bytes <= kMaxSmem;
-  // fp64 accumulators where they fit beside the same staging: a group's column sum of many rows in fp32 rounded at
-  // the magnitude of its partial sums, which broke the 2x-eager rule where the column's total cancels (add_rms_norm
-  // fp32 [194, 2]: dw error 2.0e-6 against eager's 6.1e-7, |dw| 0.51)
+  // fp64 accumulators where they fit beside the same staging: in fp32 a group's column sum of many rows rounds at the
+  // magnitude of its partial sums, which matters where the column's total cancels (as colsum.cu's final sum did for
+  // add_rms_norm fp32 [194, 2]; that case, a few rows per group, was fixed by colsum's fp64 sums alone)
   const int64_t wide_bytes = acc_bytes / acc_elem * 8;
   p.acc_wide = p.acc_smem && acc_elem < 8 && staged + wide_bytes <= kMaxSmem;
   if (p.acc_wide) acc_bytes = wide_bytes;
