@@ -18,7 +18,8 @@ ROW_SHAPES = [(5, 1), (3, 7), (4, 64), (2, 769), (3, 5125), (2, 65536), (2, 6553
 CLUSTER_SHAPES = [(3, 65536), (9, 262144), (300, 24576), (40, 12288), (300, 65536), (40, 262144)]
 # A row the norms' backward takes to its long-row kernel (per-column sums in shared memory) that leaves the last
 # threads of its cluster without a full set of vectors (25001 16-byte vectors of bf16, 50002 of fp32); the norms'
-# CUDA tests run it with each parameter absent (the kernel's general variant) and present.
+# CUDA tests run it with each parameter absent (the kernel's general variant) and present, softmax's and
+# log_softmax's beside CLUSTER_SHAPES (fp32: the pipelined forward, its last CTA's slices partial).
 LONG_PARTIAL = (3, 200008)
 # Contiguous rows for each arrangement of a CTA's row groups on the register path's forward (rr::Lane): N = 256 takes
 # 32 threads per row in bf16 (four rows per CTA) and 64 in fp32 (two rows per CTA), N = 512 64 in bf16 (two rows) and

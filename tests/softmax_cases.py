@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_gradcheck, check_opcheck,
                     make_tensor, raises, shapes)
-from rowops import CLUSTER_SHAPES, LANE_SHAPES, ROW_SHAPES, run_case
+from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, run_case
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def test_row_lengths(sm, device, dtype, shape):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", CLUSTER_SHAPES + LANE_SHAPES)
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES + LANE_SHAPES + [LONG_PARTIAL])
 def test_cluster_rows(sm, dtype, shape):
     x = make_tensor(shape, dtype, "cuda", seed=shape[-1]) * 8
     run_case(sm.fn, lambda t: sm.torch_fn(t, -1), None, [x])

@@ -255,10 +255,11 @@ template <class T> struct PairMaxExp {
 // all warps, totals the CTA's slots in a fixed order and sends the CTA total (st.async) into its slot of every CTA of
 // the cluster, counted in bytes on that CTA's mbarrier of the set. take: waits for the cluster's bytes and totals the
 // CTA slots in the same order in every CTA (the same bits everywhere).
-// Set reuse, with sends `lag` rows ahead of takes (Pipe::rows_loop): a CTA sends row k after its warps' first pass
-// of row k, which follows (program order) their take of row k - lag - 1; that take needed every CTA's send of row
-// k - lag - 1, made after that CTA's warps' first pass of it, hence after they took row k - 2 lag - 2. So no CTA's
-// set k % SETS (slots or mbarrier phase) is overwritten before it has been taken if SETS >= 2 lag + 2 (lag 1: 4 sets).
+// Set reuse, with sends `lag` rows ahead of takes (Pipe::rows_loop: 1; Pipe::run_ahead): a CTA sends row k after
+// its warps' first pass of row k, which follows (program order) their take of row k - lag - 1; that take needed
+// every CTA's send of row k - lag - 1, made after that CTA's warps' first pass of it, hence after they took row
+// k - 2 lag - 2. So no CTA's set k % SETS (slots or mbarrier phase) is overwritten before it has been taken if
+// SETS >= 2 lag + 2 (lag 1: 4 sets).
 template <class Op, int SETS = 4> struct SplitReduceOf {
   static constexpr int kSets = SETS, kWarps = 32, kCtas = 16;
   static constexpr int max_lag() { return (SETS - 2) / 2; }
