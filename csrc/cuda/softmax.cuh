@@ -106,15 +106,27 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
   c.finish();
 }
 
-// A vector's output given the row's max m (ms = exp_shift(m)), sum of exp(x - ms), log(sum) and 1 / sum.
-template <class T, bool LOG, int VEC>
-__device__ __forceinline__ void out_vec(acc_t<T> (&a)[VEC], acc_t<T> m, acc_t<T> ms, acc_t<T> sum, acc_t<T> logs,
-                                        acc_t<T> inv) {
+// Writes this thread's NS slots of a row of y (thread t of tpr), given the row's max m and sum of exp(x - ms)
+// (ms = exp_shift(m)); get(s, a) fills slot s's x.
+template <class T, int NS, bool LOG, class Get>
+__device__ __forceinline__ void write_row(T* __restrict__ row, int N, int t, int tpr, acc_t<T> m, acc_t<T> sum,
+                                          Get&& get) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  const A ms = rr::exp_shift(m), logs = log_of<T>(sum), inv = A(1) / sum;
 #pragma unroll
-  for (int e = 0; e < VEC; ++e) {
-    if constexpr (LOG) a[e] = (a[e] - m) - logs;  // not a - (m + logs): that rounds at m's magnitude
-    else if constexpr (sizeof(T) == 2) a[e] = exp_of<T>(a[e] - ms) * inv;  // the rounding to T hides 1 ulp
-    else a[e] = div_rn(exp_of<T>(a[e] - ms), sum, inv);
+  for (int s = 0; s < NS; ++s) {
+    const int c = rr::Regs<T, NS>::col(s, t, tpr);
+    if (c >= N) break;
+    A a[VEC];
+    get(s, a);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      if constexpr (LOG) a[e] = (a[e] - m) - logs;  // not a - (m + logs): that rounds at m's magnitude
+      else if constexpr (sizeof(T) == 2) a[e] = exp_of<T>(a[e] - ms) * inv;  // the rounding to T hides 1 ulp
+      else a[e] = div_rn(exp_of<T>(a[e] - ms), sum, inv);
+    }
+    rr::store(row, c, a);
   }
 }
 
@@ -145,16 +157,7 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
     const A ms = rr::exp_shift(m);
     const A sum = red(rr::thread_exp_sum<false>(v, ms, N, l.t, tpr).a, rr::Sum{}, A(0));
     if (!live) continue;
-    const A logs = log_of<T>(sum), inv = A(1) / sum;
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-      if (c >= N) break;
-      A a[VEC];
-      v.fresh(s, a);
-      out_vec<T, LOG>(a, m, ms, sum, logs, inv);
-      rr::store(y + r * ys, c, a);
-    }
+    write_row<T, NS, LOG>(y + r * ys, N, l.t, tpr, m, sum, [&](int s, A(&a)[VEC]) { v.fresh(s, a); });
   }
 }
 
@@ -203,16 +206,18 @@ __global__ void __launch_bounds__(NS > 4 ? 512 : rr::max_threads<T>()) rr_bwd_ke
 // cluster; the second pass writes y from the stage. rr_fwd_kernel's CTAs hold the row in registers and take one
 // row each: HBM idled through each row's two cluster reductions.
 using PipeRed = rp::SplitReduceOf<rp::PairMaxExp<float>, 8>;  // (the combine's exp is fp32's for every T)
-template <class T, int NS, int CTA> using PipeFit = rp::Fit<T, NS, CTA, 1, 0, PipeRed>;
-template <class T, int NS, int CTA, bool LOG>
-__global__ void __launch_bounds__(CTA, 1) rp_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
-                                                        const T* __restrict__ x, int64_t xs,  // [M, N]
-                                                        int64_t M, int N, int tpr, int lag, bool last) {
+constexpr int kPipeCta = 512, kPipeNs = 8;
+template <class T> using PipeFit = rp::Fit<T, kPipeNs, kPipeCta, 1, 0, PipeRed>;
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kPipeCta, 1) rp_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                             const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                             int64_t M, int N, int tpr, int lag, bool last) {
+  constexpr int NS = kPipeNs;
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  using L = typename PipeFit<T, NS, CTA>::S;
+  using L = typename PipeFit<T>::S;
   extern __shared__ __align__(128) unsigned char pipe_smem[];
-  const typename PipeFit<T, NS, CTA>::P pipe(pipe_smem, L::bars(pipe_smem), true, rr::l2_hint(last));
+  const typename PipeFit<T>::P pipe(pipe_smem, L::bars(pipe_smem), true, rr::l2_hint(last));
   const PipeRed red(L::reduce(pipe_smem));
   const rr::Lane l(tpr);
   const T* const base[1] = {x};
@@ -242,24 +247,14 @@ __global__ void __launch_bounds__(CTA, 1) rp_fwd_kernel(T* __restrict__ y, int64
   };
   // row r's output from stage b, with the row's (max, sum)
   const auto pass2 = [&](int b, int64_t r, float2 tot) {
-    const A m = tot.x, sum = tot.y, ms = rr::exp_shift(m);
-    const A logs = log_of<T>(sum), inv = A(1) / sum;
-#pragma unroll
-    for (int s = 0; s < NS; ++s) {
-      const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-      if (c >= N) break;
-      A a[VEC];
-      pipe.get(b, 0, s, a);
-      out_vec<T, LOG>(a, m, ms, sum, logs, inv);
-      rr::store(y + r * ys, c, a);
-    }
+    write_row<T, NS, LOG>(y + r * ys, N, l.t, tpr, tot.x, tot.y, [&](int s, A(&a)[VEC]) { pipe.get(b, 0, s, a); });
   };
   pipe.run_ahead(base, rstr, l.first(), l.step(), M, N, tpr, red, lag, pass1, pass2);
 }
 
 // MYOPS_ROW_PIPE_FWD: 1 (default) the policy of pipe_fwd_geo, 0 never rp_fwd_kernel, 2 every row it holds that the
-// register kernel splits over a cluster (A/B). MYOPS_ROW_PIPE_FWD_NS (4 or 8): its vectors per thread;
-// MYOPS_ROW_PIPE_LAG (1-3): rows its first passes run ahead (tuning). Read once.
+// register kernel splits over a cluster (A/B). MYOPS_ROW_PIPE_LAG (1-3): rows its first passes run ahead (tuning).
+// Read once.
 inline int pipe_fwd_mode() {
   static const int v = rr::env_knob("MYOPS_ROW_PIPE_FWD", 1, [](int m) { return m >= 0 && m <= 2; });
   return v;
@@ -268,59 +263,30 @@ inline int pipe_fwd_lag() {
   static const int v = rr::env_knob("MYOPS_ROW_PIPE_LAG", 1, [](int n) { return n >= 1 && n <= 3; });
   return v;
 }
-inline int pipe_fwd_ns() {
-  static const int v = rr::env_knob("MYOPS_ROW_PIPE_FWD_NS", 0, [](int n) { return n == 2 || n == 4 || n == 8; });
-  return v;
-}
-inline int pipe_fwd_cta() {
-  static const int v = rr::env_knob("MYOPS_ROW_PIPE_CTA", 512, [](int n) { return n == 512 || n == 1024; });
-  return v;
-}
-// ns vectors per thread in the fewest CTAs (2-16, a cluster) of up to cta threads that hold a row of N (ns = 0: none).
-inline rr::Geo pipe_geo(int64_t N, int elem, int ns, int cta) {
-  rr::Geo g;
-  const int vec = 16 / elem;
-  if (N % vec != 0) return g;
-  const int64_t need = ceil_div(N / vec, (int64_t)ns);
+// The pipeline's geometry for a row of N that the register kernel splits over a cluster (ns = 0: none): 8 vectors per
+// thread in the fewest CTAs (2-16) of up to kPipeCta threads. By default only fp32 rows that need 16 CTAs (over 131072
+// elements) take it, where it measured faster (H200, forward, % of copy, register kernel -> pipeline at lag 1:
+// N = 262144 softmax 70.5 -> 76.0, log_softmax 74.1 -> 85.1); elsewhere it lost 10-35 points (N = 65536 softmax bf16
+// 89.5 -> 52.7, fp32 91.2 -> 62.3; bf16 N = 262144 79.7 -> 65.7), and so did 4 vectors per thread, CTAs of 1024
+// threads at 2 or 4 vectors (measured at b38f955, BENCHMARKS.md session 18) and first passes 2 or 3 rows ahead.
+template <class T> rr::Geo pipe_fwd_geo(int64_t N) {
+  const int mode = pipe_fwd_mode();
+  constexpr int vec = 16 / sizeof(T);
+  if (mode == 0 || N % vec != 0) return {};
+  const int64_t need = ceil_div(N / vec, (int64_t)kPipeNs);
   for (int c = 2; c <= 16; c *= 2) {
     const int64_t t = ceil_div(need, (int64_t)c);
-    if (t > cta) continue;
-    g.ns = ns;
+    if (t > kPipeCta) continue;
+    if (mode == 1 && !(sizeof(T) == 4 && c == 16)) return {};
+    rr::Geo g;
+    g.ns = kPipeNs;
     g.cluster = c;
     g.threads = (int)ceil_div(t, (int64_t)32) * 32;
     g.tpr = g.threads * c;
     g.rows = 1;
+    g.smem = PipeFit<T>::S::bytes();
     return g;
   }
-  return g;
-}
-// The kernels instantiated: 8 vectors per thread in CTAs of 512, 2 or 4 in CTAs of 1024.
-template <class T, bool LOG> auto rp_fwd_kernel_for(int ns) {
-  return ns == 8 ? rp_fwd_kernel<T, 8, 512, LOG> : ns == 2 ? rp_fwd_kernel<T, 2, 1024, LOG> : rp_fwd_kernel<T, 4, 1024, LOG>;
-}
-template <class T> int pipe_smem_bytes(int ns) {
-  return ns == 8 ? PipeFit<T, 8, 512>::S::bytes() : ns == 2 ? PipeFit<T, 2, 1024>::S::bytes()
-                                                             : PipeFit<T, 4, 1024>::S::bytes();
-}
-// The pipeline's geometry for a row of N that the register kernel splits over a cluster (ns = 0: none): the fewest
-// CTAs that hold the row at the fewest vectors per thread in a cluster of up to 8, else 16. By default only fp32 rows
-// that need 16 CTAs of 8 vectors (over 131072 elements) take it, where it measured faster (H200, forward, % of copy,
-// register kernel -> pipeline at lag 1: N = 262144 softmax 70.5 -> 76.0, log_softmax 74.1 -> 85.1); elsewhere it
-// lost 10-35 points (N = 65536 softmax bf16 89.5 -> 52.7, fp32 91.2 -> 62.3; bf16 N = 262144 79.7 -> 65.7); running
-// first passes 2 or 3 rows ahead changed nothing at N = 65536.
-template <class T> rr::Geo pipe_fwd_geo(int64_t N) {
-  const int mode = pipe_fwd_mode(), forced = pipe_fwd_ns(), cta = pipe_fwd_cta();
-  if (mode == 0) return {};
-  for (const int cmax : {rr::kMaxCluster, 16})
-    for (const int ns : {2, 4, 8}) {
-      if ((forced && ns != forced) || (cta == 512) != (ns == 8)) continue;
-      rr::Geo g = pipe_geo(N, sizeof(T), ns, cta);
-      if (g.ns == ns && g.cluster <= cmax) {
-        if (mode == 1 && !(sizeof(T) == 4 && g.cluster == 16)) return {};
-        g.smem = pipe_smem_bytes<T>(ns);
-        return g;
-      }
-    }
   return {};
 }
 
@@ -355,7 +321,7 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
     if (g0.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
       if constexpr (sizeof(T) != 8) {
         const rr::Geo gp = g0.cluster > 1 ? pipe_fwd_geo<T>(N) : rr::Geo{};
-        const auto kernel = rp_fwd_kernel_for<T, LOG>(gp.ns);
+        const auto kernel = rp_fwd_kernel<T, LOG>;
         const int64_t grid = gp.ns ? rr::resident_grid(gp, kernel, M) : -1;
         if (grid > 0)  // (else its clusters cannot be scheduled: the register kernel's may)
           return rr::launch(gp, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
