@@ -92,6 +92,20 @@ def test_cluster_rows(dtype, shape):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype,offset", [(torch.float32, 1e3), (torch.float32, -3e4), (torch.bfloat16, 50.0),
+                                          (torch.bfloat16, -200.0)])
+@pytest.mark.parametrize("shape", [(3, 65536), (2, 262144), LONG_PARTIAL, (2, 12288)])
+def test_long_rows_offset(dtype, offset, shape):
+    # a mean far from 0 in standard deviations: the long-row forward merges its warps' means and squared deviations,
+    # each slot's mean rounded at the row mean's magnitude. (bf16 stops at 200: at 3e4 its 8-bit significand makes the
+    # row constant, where the fused 16-bit output's documented residue, |mean| * rstd fp32 ulps, is what is left.)
+    x = make_tensor(shape, dtype, "cuda", seed=shape[-1] + 11) + offset
+    w = make_tensor(shape[-1:], dtype, "cuda", seed=1)
+    b = make_tensor(shape[-1:], dtype, "cuda", seed=2)
+    run_case(ops.layer_norm, eager, None, [x, w, b], scale_fn=scale)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("has_w,has_b", [(True, True), (False, True), (True, False), (False, False)])
 def test_long_rows_params(dtype, has_w, has_b):

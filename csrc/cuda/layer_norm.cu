@@ -188,6 +188,37 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc
   }
   return {mu, inv_sqrt(red(sq, rr::Sum{}, A(0)) * inv_n + eps)};
 }
+// The same statistics with one exchange between warps (RowReduce::slot_moments): each warp part of the row takes its
+// own mean by shuffles, then its squared deviations from it (the exact two-pass over the warp's registers); the
+// exchange merges the warps' pairs. The long forward of 8 vectors per thread takes it (one CTA per SM, whose
+// reductions no other CTA overlaps); H200, forward, % of copy, rr_stats -> rr_stats_slots: N = 262144 fp32 79.4 ->
+// 84.8, bf16 79.9 -> 80.5; elsewhere it lost (its warp-level pass is more instructions than the reduction it saves
+// where two CTAs share an SM): N = 65536 (4 vectors) bf16 81.9 -> 80.9, fp32 90.0 -> 90.1; the register kernel at
+// [16384, 4096] bf16 87.0 -> 83.7, fp32 95.4 -> 93.8. -DMYOPS_LN_SLOTS=0 takes rr_stats there too (A/B).
+#ifndef MYOPS_LN_SLOTS
+#define MYOPS_LN_SLOTS 1
+#endif
+template <class T, int NS>
+__device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& v, acc_t<T> sum, rr::RowReduce& red,
+                                                         int t, int tpr, rr::RowCounts c, int N, acc_t<T> inv_n,
+                                                         acc_t<T> eps) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  const int t0 = tpr < 32 ? 0 : t & ~31;  // this warp part's first row thread
+  const A sw = red.warp_sum(sum);
+  const A mw = sw * rr::recip_or_0(A(c.threads(t0, t0 + min(tpr, 32))));
+  A m2 = A(0);
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    if (rr::Regs<T, NS>::col(s, t, tpr) >= N) break;
+    A a[VEC];
+    v.decode_other(s, a);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) m2 += (a[e] - mw) * (a[e] - mw);
+  }
+  const Pair<A> tot = red.slot_moments(Pair<A>{sw, red.warp_sum(m2)}, c, inv_n);
+  return {tot.a * inv_n, inv_sqrt(tot.b * inv_n + eps)};
+}
 // A slot's output in place: a = xh w + b, xh = (a - mu) rs (kFused: fma(a, rs, nmr), nmr = -mu rs); the weight wv and
 // bias bv enter where present (hw, hb).
 template <class T, int VEC>
@@ -544,8 +575,9 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
 // The forward on long rows (rr::long_fwd), as rms_norm.cuh's rr_fwd_long_kernel: a persistent grid of clusters
 // of up to kLongCta threads, NS vectors per thread, the next row loaded into registers before the current one is
 // reduced, the weight and bias in shared memory (rr::ColParam, filled once: Nsight Compute put a fifth of
-// rr_fwd_kernel's stalls at [256, 262144] bf16 on their L2 loads in the output pass). The statistics are rr_fwd's
-// (two passes, two cluster reductions); so is the output. AFF: weight and bias both present (compile time).
+// rr_fwd_kernel's stalls at [256, 262144] bf16 on their L2 loads in the output pass). The statistics are
+// rr_stats_slots' at 8 vectors per thread (one cluster exchange per row), else rr_fwd's (two); the output is rr_fwd's.
+// AFF: weight and bias both present (compile time).
 template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
     rr_fwd_long_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
@@ -568,6 +600,8 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
   if (hw) wsm.fill(w, N, l.t, tpr);
   if (hb) bsm.fill(b, N, l.t, tpr);
   const rr::L2Hint h = rr::l2_hint(last);
+  const int nvec = N / VEC, q = nvec / tpr;
+  const rr::RowCounts counts{VEC, q, nvec - q * tpr};
   rr::Regs<T, NS> v;  // one row per cluster, every row live; a prefetch past M reads row M - 1
   v.load(x + rr::row_or_last(l.first(), M) * xs, N, l.t, tpr, zero, h);
   for (int64_t r = l.first(); r < M; r += l.step()) {
@@ -578,7 +612,9 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
     for (int s = 0; s < NS; ++s)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
-    const Pair<A> ms = rr_stats<T, NS, false>(v, sum, red, l.t, tpr, N, inv_n, eps);
+    const Pair<A> ms = MYOPS_LN_SLOTS && NS == 8
+                           ? rr_stats_slots<T, NS>(v, sum, red, l.t, tpr, counts, N, inv_n, eps)
+                           : rr_stats<T, NS, false>(v, sum, red, l.t, tpr, N, inv_n, eps);
     const A mu = ms.a, rs = ms.b, nmr = -mu * rs;
     if (l.t == 0) {
       mean[r] = mu;

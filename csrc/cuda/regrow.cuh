@@ -482,6 +482,22 @@ template <class T, int NS> struct Regs {
       }
     }
   }
+  // Slot s converted by other instructions than at() and fresh() use (16-bit types; fp32 needs no conversion): for a
+  // pass that follows another over the same slots with no barrier between, where ptxas (to which fresh()'s moves are
+  // plain moves) kept the first pass's converted values live for the second and spilled (layer_norm's long forward,
+  // bf16: 144-192 bytes). bf16: byte permutes instead of shifts and masks; fp16: the conversion of the sign-flipped
+  // word, negated back (one more instruction per word).
+  __device__ __forceinline__ void decode_other(int s, A (&x)[VEC]) const {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>)
+        x[e] = __uint_as_float(__byte_perm(u[s][e >> 1], 0u, e & 1 ? 0x3244 : 0x1044));
+      else if constexpr (std::is_same_v<T, __half>)
+        x[e] = -word_elem<T>(u[s][e >> 1] ^ 0x80008000u, e & 1);
+      else
+        x[e] = at(s, e);
+    }
+  }
   // Slot s converted anew: the volatile moves keep the compiler from holding a first pass's converted values live
   // across the reduction into the next pass (that doubled the registers and spilled).
   __device__ __forceinline__ void fresh(int s, A (&x)[VEC]) const {
@@ -779,6 +795,18 @@ struct Max {
   __device__ __forceinline__ float operator()(float x, float y) const { return fmaxf(x, y); }
 };
 
+template <class A> __device__ __forceinline__ A recip_or_0(A n) {
+  if constexpr (sizeof(A) == 4) return n > A(0) ? __fdividef(1.f, n) : A(0);
+  else return n > A(0) ? A(1) / n : A(0);
+}
+// Element counts of a row's threads: thread t holds q + (t < rem) vectors of vec elements.
+struct RowCounts {
+  int vec, q, rem;
+  // threads [lo, hi)
+  __device__ __forceinline__ int threads(int lo, int hi) const {
+    return vec * (q * (hi - lo) + min(max(rem - lo, 0), hi - lo));
+  }
+};
 
 // Cluster reductions signal an mbarrier per slot set (st.async) instead of passing a cluster barrier: a barrier's
 // release half waits until the thread's earlier global stores are acknowledged, and a long row's CTA enters its first
@@ -915,11 +943,71 @@ struct RowReduce {
     return v;
   }
   template <class V, class Op> __device__ __forceinline__ V cluster_combine(V v, Op op, V identity) {
+    int n;
+    const V* red = cluster_slots(v, n);
+    const int lane = threadIdx.x & 31;
+    v = identity;
+    for (int k = lane; k < n; k += 32) v = op(v, red[k]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
+    return v;
+  }
+  // The sum over this thread's warp part of the row (its first min(tpr, 32) lanes' group), in every lane.
+  template <class A> __device__ __forceinline__ A warp_sum(A v) const {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+      if (o < tpr) v += shfl_xor(v, o);
+    return v;
+  }
+  // The row's (sum, sum of squared deviations from its mean) from each warp part's w = (sum, squared deviations from
+  // the part's own mean), in one exchange where the exact two-pass statistics take two: every warp's pair goes to a
+  // shared or cluster slot, then a two-pass over the slots, mean = sum of the sums * inv_n, m2 = sum over slots k of
+  // m2_k + n_k (s_k / n_k - mean)^2 (row warp k holds c.threads(32 k, 32 k + 32) elements). Both passes are
+  // differences from a mean: no sum of squares cancels.
+  template <class A> __device__ __forceinline__ Pair<A> slot_moments(Pair<A> w, RowCounts c, A inv_n) {
+    if (tpr <= 32) return w;
+    // (The counts are the same on every row: the compiler hoisted their arithmetic out of the row loop and spilled
+    // it. Opaque here, it is recomputed per call.)
+    asm volatile("mov.b32 %0, %0;" : "+r"(c.q));
+    asm volatile("mov.b32 %0, %0;" : "+r"(c.rem));
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const Pair<A>* red;
+    int n;
+    if (tpr > (int)blockDim.x) {
+      red = cluster_slots(w, n);
+    } else {
+      Pair<A>* slots = reinterpret_cast<Pair<A>*>(buf + (round & 1) * kRedSetBytes);
+      ++round;
+      if (lane == 0) slots[warp] = w;
+      __syncthreads();
+      n = tpr >> 5;
+      red = slots + (tpr == (int)blockDim.x ? 0 : warp & ~(n - 1));  // the row's first warp (as generic)
+    }
+    A s = A(0);
+    for (int k = lane; k < n; k += 32) s += red[k].a;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += shfl_xor(s, o);
+    const A mu = s * inv_n;
+    A m2 = A(0);
+    for (int k = lane; k < n; k += 32) {
+      const A nk = A(c.threads(32 * k, 32 * k + 32));
+      const Pair<A> p = red[k];
+      const A d = nk > A(0) ? p.a * recip_or_0(nk) - mu : A(0);
+      m2 += p.b + nk * d * d;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m2 += shfl_xor(m2, o);
+    return {s, m2};
+  }
+  // A cluster reduction's exchange: sends this warp's total v to its slot in every CTA of the cluster and waits for
+  // every slot of this CTA; returns them (n = the cluster's warps, in row order).
+  template <class V> __device__ __forceinline__ const V* cluster_slots(const V& v, int& n) {
     static_assert(sizeof(V) <= 8, "a cluster reduction slot holds 8 bytes");
     const unsigned set = round & 1;
     V* red = reinterpret_cast<V*>(buf + set * kRedSetBytes);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int ctas = (int)cluster_size(), n = ctas * nw;  // (tpr / blockDim.x, without a division)
+    const int ctas = (int)cluster_size();
+    n = ctas * nw;  // (tpr / blockDim.x, without a division)
 #if MYOPS_RR_MBAR
     const unsigned bar = smem_addr(buf + 2 * kRedSetBytes + 8 * set);
     if (threadIdx.x == 0)  // this CTA's arrival: the phase completes once the n slots' bytes have also landed
@@ -934,11 +1022,7 @@ struct RowReduce {
     cluster.sync();
 #endif
     ++round;
-    v = identity;
-    for (int k = lane; k < n; k += 32) v = op(v, red[k]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
-    return v;
+    return red;
   }
 };
 
