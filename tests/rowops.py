@@ -22,10 +22,12 @@ CLUSTER_SHAPES = [(3, 65536), (9, 262144), (300, 24576), (40, 12288), (300, 6553
 # log_softmax's beside CLUSTER_SHAPES (fp32: the pipelined forward, its last CTA's slices partial).
 LONG_PARTIAL = (3, 200008)
 # Contiguous rows for each arrangement of a CTA's row groups on the register path's forward (rr::Lane): N = 256 takes
-# 32 threads per row in bf16 (four rows per CTA) and 64 in fp32 (two rows per CTA), N = 512 64 in bf16 (two rows) and
-# 128 in fp32, N = 768 96 in both (192 in the fp32 layer_norm, which aims for 256 threads per row; either way one CTA
-# of a row whose thread count is not a power of 2). Run beside CLUSTER_SHAPES by the row ops' CUDA tests.
-LANE_SHAPES = [(5, 256), (9, 512), (7, 768)]
+# 32 threads per row (four rows per CTA; 64, two rows, in add_rms_norm fp32), N = 512 32 threads in the ops with a
+# minimum of vectors per thread (layer_norm, rms_norm bf16, softmax) and 64 (two rows) in add_rms_norm bf16 and
+# rms_norm fp32, N = 768 64 threads with 48 busy (two rows, the last slots empty) or 96 (add_rms_norm, rms_norm fp32:
+# one CTA of a row whose thread count is not a power of 2); N = 1024 and 2048 4 or 8 vectors per thread in 32-128
+# threads. Run beside CLUSTER_SHAPES by the row ops' CUDA tests.
+LANE_SHAPES = [(5, 256), (9, 512), (7, 768), (6, 1024), (3, 2048)]
 
 
 # Rows of 1-4 elements, where a norm's input gradient is what remains after its terms cancel (N = 1 for rms_norm and

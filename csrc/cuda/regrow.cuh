@@ -223,14 +223,23 @@ inline int cluster_ns() {
 constexpr int kRedSetBytes = kMaxCluster * 32 * 8;
 constexpr int kRedBytes = 2 * kRedSetBytes + 16;
 
+// MYOPS_ROW_MIN_NS (1, 2, 4, 8): overrides the forward kernels' minimum vectors per thread (geometry's min_ns; 1: no
+// minimum; A/B, read once).
+inline int min_ns_knob(int kernel_choice) {
+  static const int v = env_knob("MYOPS_ROW_MIN_NS", 0, [](int n) { return n == 1 || n == 2 || n == 4 || n == 8; });
+  return v ? v : kernel_choice;
+}
 // Picks the fewest vectors per thread (up to max_ns) that keep a row within target_tpr threads, else the fewest
-// that fit it in max_tpr threads. More vectors per thread put more bytes in flight per thread; fewer threads per
+// that fit it in max_tpr threads, then at least min_ns while the row still spans a warp: rows of 1024-2048 elements
+// otherwise took one or two vectors per thread in up to 256 threads, where the per-row work (the reductions, the
+// statistics) outweighed the row's (H200, forward, % of copy, [65536, 1024] bf16 -> 4 vectors in one warp:
+// layer_norm 46.4 -> 90.5, softmax 65.8 -> 94.0; see the callers). More vectors per thread put more bytes in flight per thread; fewer threads per
 // row shorten the cross-warp reduction. target_tpr comes from measurement (BENCHMARKS.md). A row that max_tpr
 // threads of max_ns vectors cannot hold is split over a cluster (up to max_cluster CTAs, or sm_90's non-portable 16)
 // at max_ns: with cta_target, the fewest CTAs of at most cta_target threads, else the most CTAs (the smallest) that
 // hold it; without, the fewest CTAs that hold it.
 inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr, int max_cluster = 1,
-                    int cta_target = 0) {
+                    int cta_target = 0, int min_ns = 1) {
   Geo g;
   if (N <= 0 || N % (16 / elem) != 0) return g;  // whole 16-byte vectors only
   const int64_t nvec = N / (16 / elem);
@@ -269,6 +278,7 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
   int ns = 1;
   while (ns < max_ns && ceil_div(nvec, ns) > target_tpr) ns *= 2;
   while (ns < max_ns && ceil_div(nvec, ns) > max_tpr) ns *= 2;
+  while (ns < min_ns && ns < max_ns && ceil_div(nvec, (int64_t)ns * 2) >= 32) ns *= 2;
   const int64_t need = ceil_div(nvec, ns);
   if (need > max_tpr) return g;
   int tpr = 1;

@@ -531,11 +531,14 @@ template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 
 
 // 256 threads per row (128 before the L2 policy of the loads: H200, [16384, 4096], % of copy, 128 -> 256 threads,
 // two runs each: rms_norm fp32 97.0 -> 97.75, bf16 92.3 -> 93.2, add_rms_norm bf16 96.25 -> 96.8, fp32 99.4 both; 512
-// and 1024 threads lost 6-25 points).
+// and 1024 threads lost 6-25 points). rms_norm takes at least 2 vectors per thread (rr::geometry): H200, forward, % of
+// copy, 1 -> 2 vectors, [65536, 1024] bf16 77.0 -> 92.7, fp32 83.8 -> 97.4, [32768, 2048] bf16 74.4 -> 93.0
+// (torch.compile 93.0, 97.2, 81.5; 4 vectors: 91.7, 97.5, 92.4); add_rms_norm, with twice the bytes per element, ran
+// at 97.9-98.4 with one (bf16) and keeps it.
 template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
   if constexpr (kFwdNs<T, ADD> == 0) return {};
   else return rr::geometry(N, sizeof(T), kFwdNs<T, ADD>, 512, rr::target_tpr(256), rr::kMaxCluster,
-                          rr::cluster_cta(sizeof(T) == 2 ? 512 : 256));
+                          rr::cluster_cta(sizeof(T) == 2 ? 512 : 256), rr::min_ns_knob(ADD ? 1 : 2));
 }
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if constexpr (kBwdNs<T> == 0) return {};
