@@ -98,11 +98,12 @@ def add_rms_norm_eager(x, r, w):
 
 
 def row_cases(op, make_inputs, myops_fn, torch_fn, long_rows=True, ref64=False):
-    """An op at the default shape and, with long_rows, at rows of 65536 and 262144 (same element count)."""
+    """An op at the default shape and, with long_rows, at rows of 1024, 2048 (common hidden sizes), 65536 and 262144
+    (the same element count)."""
     cases = [Case(op, make_inputs, myops_fn, torch_fn, backward=True, ref64=ref64)]
     if long_rows:
         cases += [Case(op, make_inputs, myops_fn, torch_fn, backward=True, variant=f"N={n}", shape=(m, n),
-                       ref64=ref64) for m, n in ((1024, 65536), (256, 262144))]
+                       ref64=ref64) for m, n in ((65536, 1024), (32768, 2048), (1024, 65536), (256, 262144))]
     return cases
 
 
@@ -419,6 +420,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows, failures = [], []
     for case in (c for c in CASES if c.op in args.ops and (args.variants or not c.variant)
                  and (c.variant or not args.variants_only)):
+        if args.compile:
+            # a fresh Dynamo cache per case: the variants of one op share its expression's code object, and five
+            # shapes x two dtypes passed the recompile limit (8): fullgraph=True then fails
+            torch._dynamo.reset()
         compiled = torch.compile(case.torch_fn, fullgraph=True) if args.compile else None
         for dtype in args.dtypes:
             try:
