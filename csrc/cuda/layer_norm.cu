@@ -188,8 +188,8 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc
   }
   return {mu, inv_sqrt(red(sq, rr::Sum{}, A(0)) * inv_n + eps)};
 }
-// The same statistics with one exchange between warps (RowReduce::slot_moments): each warp part of the row takes its
-// own mean by shuffles, then its squared deviations from it (the exact two-pass over the warp's registers); the
+// The same statistics of a row split over a cluster in one exchange (RowReduce::slot_moments): each warp takes its
+// part's mean by shuffles, then its squared deviations from it (the exact two-pass over the warp's registers); the
 // exchange merges the warps' pairs. The long forward of 8 vectors per thread takes it (one CTA per SM, whose
 // reductions no other CTA overlaps); H200, forward, % of copy, rr_stats -> rr_stats_slots: N = 262144 fp32 79.4 ->
 // 84.8, bf16 79.9 -> 80.5; elsewhere it lost (its warp-level pass is more instructions than the reduction it saves
@@ -204,9 +204,9 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& 
                                                          acc_t<T> eps) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  const int t0 = tpr < 32 ? 0 : t & ~31;  // this warp part's first row thread
-  const A sw = red.warp_sum(sum);
-  const A mw = sw * rr::recip_or_0(A(c.threads(t0, t0 + min(tpr, 32))));
+  const int t0 = t & ~31;  // this warp's first row thread
+  const A sw = warp_sum(sum);
+  const A mw = sw * rr::recip_or_0(A(c.threads(t0, t0 + 32)));
   A m2 = A(0);
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
@@ -216,7 +216,7 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& 
 #pragma unroll
     for (int e = 0; e < VEC; ++e) m2 += (a[e] - mw) * (a[e] - mw);
   }
-  const Pair<A> tot = red.slot_moments(Pair<A>{sw, red.warp_sum(m2)}, c, inv_n);
+  const Pair<A> tot = red.slot_moments(Pair<A>{sw, warp_sum(m2)}, c, inv_n);
   return {tot.a * inv_n, inv_sqrt(tot.b * inv_n + eps)};
 }
 // A slot's output in place: a = xh w + b, xh = (a - mu) rs (kFused: fma(a, rs, nmr), nmr = -mu rs); the weight wv and

@@ -233,8 +233,9 @@ inline int min_ns_knob(int kernel_choice) {
 // that fit it in max_tpr threads, then at least min_ns while the row still spans a warp: rows of 1024-2048 elements
 // otherwise took one or two vectors per thread in up to 256 threads, where the per-row work (the reductions, the
 // statistics) outweighed the row's (H200, forward, % of copy, [65536, 1024] bf16 -> 4 vectors in one warp:
-// layer_norm 46.4 -> 90.5, softmax 65.8 -> 94.0; see the callers). More vectors per thread put more bytes in flight per thread; fewer threads per
-// row shorten the cross-warp reduction. target_tpr comes from measurement (BENCHMARKS.md). A row that max_tpr
+// layer_norm 46.4 -> 89.6, softmax 65.5 -> 94.0; see the callers). More vectors per thread put more bytes in flight
+// per thread; fewer threads per row shorten the cross-warp reduction. target_tpr comes from measurement
+// (BENCHMARKS.md). A row that max_tpr
 // threads of max_ns vectors cannot hold is split over a cluster (up to max_cluster CTAs, or sm_90's non-portable 16)
 // at max_ns: with cta_target, the fewest CTAs of at most cta_target threads, else the most CTAs (the smallest) that
 // hold it; without, the fewest CTAs that hold it.
@@ -962,41 +963,22 @@ struct RowReduce {
     for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
     return v;
   }
-  // The sum over this thread's warp part of the row (its first min(tpr, 32) lanes' group), in every lane.
-  template <class A> __device__ __forceinline__ A warp_sum(A v) const {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-      if (o < tpr) v += shfl_xor(v, o);
-    return v;
-  }
-  // The row's (sum, sum of squared deviations from its mean) from each warp part's w = (sum, squared deviations from
-  // the part's own mean), in one exchange where the exact two-pass statistics take two: every warp's pair goes to a
-  // shared or cluster slot, then a two-pass over the slots, mean = sum of the sums * inv_n, m2 = sum over slots k of
-  // m2_k + n_k (s_k / n_k - mean)^2 (row warp k holds c.threads(32 k, 32 k + 32) elements). Both passes are
+  // A row split over a cluster: its (sum, sum of squared deviations from its mean) from each warp's w = (sum, squared
+  // deviations from the warp's own mean), in one exchange where the exact two-pass statistics take two: every warp's
+  // pair goes to its cluster slot, then a two-pass over the slots, mean = sum of the sums * inv_n, m2 = sum over slots
+  // k of m2_k + n_k (s_k / n_k - mean)^2 (row warp k holds c.threads(32 k, 32 k + 32) elements). Both passes are
   // differences from a mean: no sum of squares cancels.
   template <class A> __device__ __forceinline__ Pair<A> slot_moments(Pair<A> w, RowCounts c, A inv_n) {
-    if (tpr <= 32) return w;
     // (The counts are the same on every row: the compiler hoisted their arithmetic out of the row loop and spilled
     // it. Opaque here, it is recomputed per call.)
     asm volatile("mov.b32 %0, %0;" : "+r"(c.q));
     asm volatile("mov.b32 %0, %0;" : "+r"(c.rem));
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const Pair<A>* red;
+    const int lane = threadIdx.x & 31;
     int n;
-    if (tpr > (int)blockDim.x) {
-      red = cluster_slots(w, n);
-    } else {
-      Pair<A>* slots = reinterpret_cast<Pair<A>*>(buf + (round & 1) * kRedSetBytes);
-      ++round;
-      if (lane == 0) slots[warp] = w;
-      __syncthreads();
-      n = tpr >> 5;
-      red = slots + (tpr == (int)blockDim.x ? 0 : warp & ~(n - 1));  // the row's first warp (as generic)
-    }
+    const Pair<A>* red = cluster_slots(w, n);
     A s = A(0);
     for (int k = lane; k < n; k += 32) s += red[k].a;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) s += shfl_xor(s, o);
+    s = myops::warp_sum(s);
     const A mu = s * inv_n;
     A m2 = A(0);
     for (int k = lane; k < n; k += 32) {
@@ -1005,9 +987,7 @@ struct RowReduce {
       const A d = nk > A(0) ? p.a * recip_or_0(nk) - mu : A(0);
       m2 += p.b + nk * d * d;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m2 += shfl_xor(m2, o);
-    return {s, m2};
+    return {s, myops::warp_sum(m2)};
   }
   // A cluster reduction's exchange: sends this warp's total v to its slot in every CTA of the cluster and waits for
   // every slot of this CTA; returns them (n = the cluster's warps, in row order).
