@@ -21,12 +21,12 @@ CLUSTER_SHAPES = [(3, 65536), (9, 262144), (300, 24576), (40, 12288), (300, 6553
 # CUDA tests run it with each parameter absent (the kernel's general variant) and present, softmax's and
 # log_softmax's beside CLUSTER_SHAPES (fp32: the pipelined forward, its last CTA's slices partial).
 LONG_PARTIAL = (3, 200008)
-# Contiguous rows for each arrangement of a CTA's row groups on the register path's forward (rr::Lane): N = 256 takes
-# 32 threads per row (four rows per CTA; 64, two rows, in add_rms_norm fp32), N = 512 32 threads in the ops with a
-# minimum of vectors per thread (layer_norm, rms_norm bf16, softmax) and 64 (two rows) in add_rms_norm bf16 and
-# rms_norm fp32, N = 768 64 threads with 48 busy (two rows, the last slots empty) or 96 (add_rms_norm, rms_norm fp32:
-# one CTA of a row whose thread count is not a power of 2); N = 1024 and 2048 4 or 8 vectors per thread in 32-128
-# threads. Run beside CLUSTER_SHAPES by the row ops' CUDA tests.
+# Contiguous rows for each arrangement of a CTA's row groups on the register path's forward (rr::Lane; the ops' minimum
+# vectors per thread, rr::geometry's min_ns, decide it): N = 256 takes 8-64 threads per row (16 to 2 rows per CTA:
+# layer_norm bf16 and softmax 8, layer_norm fp32 and rms_norm bf16 16, rms_norm fp32 32, add_rms_norm fp32 64), N = 512
+# 16-128, N = 768 32 threads with 24 busy (layer_norm bf16, softmax), 64 with 48 busy (two rows, the last slots empty)
+# or 96 (rms_norm fp32, add_rms_norm bf16: one CTA of a row whose thread count is not a power of 2); N = 1024 and 2048
+# 4 or 8 vectors per thread in 32-128 threads. Run beside CLUSTER_SHAPES by the row ops' CUDA tests.
 LANE_SHAPES = [(5, 256), (9, 512), (7, 768), (6, 1024), (3, 2048)]
 
 

@@ -223,6 +223,14 @@ inline int cluster_ns() {
 constexpr int kRedSetBytes = kMaxCluster * 32 * 8;
 constexpr int kRedBytes = 2 * kRedSetBytes + 16;
 
+// The fewest threads per row that geometry's min_ns may leave: 4 (several rows per warp). H200, forward, % of copy,
+// 32 -> 4: [262144, 256] layer_norm bf16 53.0 -> 89.3, fp32 89.0 -> 95.9, rms_norm bf16 83.2 -> 91.5, softmax bf16
+// 78.3 -> 93.5; [131072, 512] layer_norm bf16 74.5 -> 89.8 (torch.compile 93.0, 97.2, 93.9, 91.6; 92.7); 8 measured
+// the same. MYOPS_ROW_MIN_TPR (1-32, a power of 2) overrides (A/B, read once).
+inline int min_tpr() {
+  static const int v = env_knob("MYOPS_ROW_MIN_TPR", 4, [](int n) { return n >= 1 && n <= 32 && !(n & (n - 1)); });
+  return v;
+}
 // MYOPS_ROW_MIN_NS (1, 2, 4, 8): overrides the forward kernels' minimum vectors per thread (geometry's min_ns; 1: no
 // minimum; A/B, read once).
 inline int min_ns_knob(int kernel_choice) {
@@ -230,7 +238,7 @@ inline int min_ns_knob(int kernel_choice) {
   return v ? v : kernel_choice;
 }
 // Picks the fewest vectors per thread (up to max_ns) that keep a row within target_tpr threads, else the fewest
-// that fit it in max_tpr threads, then at least min_ns while the row still spans a warp: rows of 1024-2048 elements
+// that fit it in max_tpr threads, then at least min_ns while the row keeps min_tpr() threads: rows of 256-2048 elements
 // otherwise took one or two vectors per thread in up to 256 threads, where the per-row work (the reductions, the
 // statistics) outweighed the row's (H200, forward, % of copy, [65536, 1024] bf16 -> 4 vectors in one warp:
 // layer_norm 46.4 -> 89.6, softmax 65.5 -> 94.0; see the callers). More vectors per thread put more bytes in flight
@@ -279,7 +287,7 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
   int ns = 1;
   while (ns < max_ns && ceil_div(nvec, ns) > target_tpr) ns *= 2;
   while (ns < max_ns && ceil_div(nvec, ns) > max_tpr) ns *= 2;
-  while (ns < min_ns && ns < max_ns && ceil_div(nvec, (int64_t)ns * 2) >= 32) ns *= 2;
+  while (ns < min_ns && ns < max_ns && ceil_div(nvec, (int64_t)ns * 2) >= min_tpr()) ns *= 2;
   const int64_t need = ceil_div(nvec, ns);
   if (need > max_tpr) return g;
   int tpr = 1;
