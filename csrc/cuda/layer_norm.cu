@@ -699,7 +699,8 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
 
 // Vectors per thread (0: fp64 takes the rows.cuh engine). Backward holds dy and x of two rows (prefetch), the
 // weight and two sums (VEC fp32 per vector) of each: one vector per thread and up to 1024 threads keep it within 64
-// registers (at two vectors it took 92-113 registers, one or two CTAs per SM).
+// registers (at two vectors it took 92-113 registers, one or two CTAs per SM; 16-bit rows that one CTA holds take two
+// nonetheless, rr_bwd_geo).
 template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
 template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 1;
 template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
@@ -716,9 +717,21 @@ template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
 // Backward: fp32 rows longer than 1024 threads x 8 CTAs hold take 2 vectors per thread in 512-thread CTAs (bound to
 // 512 threads, 128 registers), up to 65536 elements in a cluster of 16, instead of the rows.cuh engine (fwd+bwd at
 // N = 65536 was 24% of copy on the H200).
-template <class T> constexpr int kBwdLaunchNs = sizeof(T) == 4 ? 2 : kBwdNs<T>;
+// 16-bit rows that one CTA holds take 2 vectors per thread (at least; rows of 512-thread CTAs at most, 124
+// registers, no spill): per element, the row's reduction, barrier and loop cost half as much. H200, bf16
+// forward+backward, % of copy, two rounds, 1 -> 2 vectors: [16384, 4096] 77.0 / 77.1 -> 78.3 / 78.2, [65536, 1024]
+// 73.4 / 73.2 -> 74.0 / 73.9, [32768, 2048] 76.1 / 76.0 -> 77.2 / 77.2. MYOPS_LN_BWD_NS=1 restores one (A/B, read once).
+template <class T> constexpr int kBwdLaunchNs = sizeof(T) == 8 ? 0 : 2;
+inline int bwd16_ns() {
+  static const int v = rr::env_knob("MYOPS_LN_BWD_NS", 2, [](int n) { return n == 1 || n == 2; });
+  return v;
+}
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if (N < rr::kExactBwdBelow) return {};
+  if (sizeof(T) == 2 && bwd16_ns() == 2) {
+    const rr::Geo g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), 1, 0, 2);  // (none past one CTA)
+    if (g.ns) return g;
+  }
   rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T), true);
   if (sizeof(T) == 4 && !g.ns) {
     g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
