@@ -718,9 +718,10 @@ template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
 // 512 threads, 128 registers), up to 65536 elements in a cluster of 16, instead of the rows.cuh engine (fwd+bwd at
 // N = 65536 was 24% of copy on the H200).
 // 16-bit rows that one CTA holds take 2 vectors per thread (at least; rows of 512-thread CTAs at most, 124
-// registers, no spill): per element, the row's reduction, barrier and loop cost half as much. H200, bf16
-// forward+backward, % of copy, two rounds, 1 -> 2 vectors: [16384, 4096] 77.0 / 77.1 -> 78.3 / 78.2, [65536, 1024]
-// 73.4 / 73.2 -> 74.0 / 73.9, [32768, 2048] 76.1 / 76.0 -> 77.2 / 77.2. MYOPS_LN_BWD_NS=1 restores one (A/B, read once).
+// registers, no spill): per element, the row's reduction, barrier and loop cost half as much. bf16
+// forward+backward, % of copy, two rounds, 1 -> 2 vectors, H200: [16384, 4096] 77.0 / 77.1 -> 78.3 / 78.2,
+// [65536, 1024] 73.4 / 73.2 -> 74.0 / 73.9, [32768, 2048] 76.1 / 76.0 -> 77.2 / 77.2; H100 (within 0.6): 85.7 ->
+// 85.5, 81.5 -> 80.9 / 81.1, 83.9 / 84.0 -> 84.1 / 84.2. MYOPS_LN_BWD_NS=1 restores one (A/B, read once).
 template <class T> constexpr int kBwdLaunchNs = sizeof(T) == 8 ? 0 : 2;
 inline int bwd16_ns() {
   static const int v = rr::env_knob("MYOPS_LN_BWD_NS", 2, [](int n) { return n == 1 || n == 2; });
