@@ -237,38 +237,38 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& 
 // (AFF only: with the weight or the bias absent, the kernel's run-time tests and the branch's pass left it spilling
 // 60 bytes instead of 24.)
 template <class T, int NS, bool AFF> constexpr bool kShift = MYOPS_LN_SHIFT && sizeof(T) == 2 && NS == 4 && AFF;
-template <class T, int NS>
-__device__ __forceinline__ Pair<float> rr_stats_shift(const rr::Regs<T, NS>& v, float k, rr::RowReduce& red, int t,
-                                                      int tpr, int N, float inv_n, float eps) {
+// This thread's (sum of u, sum of u^2), u = x - center, over its slots of the row (slots past N hold 0, not center:
+// left out). FRESH: converted by Regs::fresh, for a pass after a reduction over the same registers.
+template <bool FRESH, class T, int NS>
+__device__ __forceinline__ Pair<float> moments_about(const rr::Regs<T, NS>& v, float center, int t, int tpr, int N) {
   constexpr int VEC = 16 / sizeof(T);
   float su = 0.f, suu = 0.f;
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
-    if (rr::Regs<T, NS>::col(s, t, tpr) >= N) break;  // (slots past the row hold 0, not K)
+    if (rr::Regs<T, NS>::col(s, t, tpr) >= N) break;
+    float a[VEC];
+    if constexpr (FRESH) v.fresh(s, a);
+    else
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      const float u = v.at(s, e) - k;
+      const float u = a[e] - center;
       su += u;
       suu = fmaf(u, u, suu);
     }
   }
-  const Pair<float> tot = red(Pair<float>{su, suu}, rr::Sum{}, Pair<float>{0.f, 0.f});
+  return {su, suu};
+}
+template <class T, int NS>
+__device__ __forceinline__ Pair<float> rr_stats_shift(const rr::Regs<T, NS>& v, float k, rr::RowReduce& red, int t,
+                                                      int tpr, int N, float inv_n, float eps) {
+  constexpr Pair<float> zero{0.f, 0.f};
+  const Pair<float> tot = red(moments_about<false>(v, k, t, tpr, N), rr::Sum{}, zero);
   const float d = tot.a * inv_n, m2 = tot.b * inv_n, mu = k + d, var = m2 - d * d;
   if (var * 256.f >= m2) return {mu, inv_sqrt(var + eps)};
-  float c = 0.f, sq = 0.f;  // (NaN takes this path too, and propagates)
-#pragma unroll
-  for (int s = 0; s < NS; ++s) {
-    if (rr::Regs<T, NS>::col(s, t, tpr) >= N) break;
-    float a[VEC];
-    v.fresh(s, a);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const float u = a[e] - mu;
-      c += u;
-      sq = fmaf(u, u, sq);
-    }
-  }
-  const Pair<float> t2 = red(Pair<float>{c, sq}, rr::Sum{}, Pair<float>{0.f, 0.f});
+  // (NaN takes this path too, and propagates)
+  const Pair<float> t2 = red(moments_about<true>(v, mu, t, tpr, N), rr::Sum{}, zero);
   const float dc = t2.a * inv_n;
   return {mu + dc, inv_sqrt(t2.b * inv_n - dc * dc + eps)};
 }
@@ -629,7 +629,8 @@ __global__ void __launch_bounds__(kLongCta, 1) rr_bwd_pipe_kernel(T* __restrict_
 // of up to kLongCta threads, NS vectors per thread, the next row loaded into registers before the current one is
 // reduced, the weight and bias in shared memory (rr::ColParam, filled once: Nsight Compute put a fifth of
 // rr_fwd_kernel's stalls at [256, 262144] bf16 on their L2 loads in the output pass). The statistics are
-// rr_stats_slots' at 8 vectors per thread (one cluster exchange per row), else rr_fwd's (two); the output is rr_fwd's.
+// rr_stats_slots' at 8 vectors per thread and rr_stats_shift's for 16-bit rows at 4 (one cluster exchange per row
+// each), else rr_fwd's (two); the output is rr_fwd's.
 // AFF: weight and bias both present (compile time).
 template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)

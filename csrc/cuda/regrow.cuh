@@ -243,10 +243,9 @@ inline int min_ns_knob(int kernel_choice) {
 // statistics) outweighed the row's (H200, forward, % of copy, [65536, 1024] bf16 -> 4 vectors in one warp:
 // layer_norm 46.4 -> 89.6, softmax 65.5 -> 94.0; see the callers). More vectors per thread put more bytes in flight
 // per thread; fewer threads per row shorten the cross-warp reduction. target_tpr comes from measurement
-// (BENCHMARKS.md). A row that max_tpr
-// threads of max_ns vectors cannot hold is split over a cluster (up to max_cluster CTAs, or sm_90's non-portable 16)
-// at max_ns: with cta_target, the fewest CTAs of at most cta_target threads, else the most CTAs (the smallest) that
-// hold it; without, the fewest CTAs that hold it.
+// (BENCHMARKS.md). A row that max_tpr threads of max_ns vectors cannot hold is split over a cluster (up to
+// max_cluster CTAs, or sm_90's non-portable 16) at max_ns: with cta_target, the fewest CTAs of at most cta_target
+// threads, else the most CTAs (the smallest) that hold it; without, the fewest CTAs that hold it.
 inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr, int max_cluster = 1,
                     int cta_target = 0, int min_ns = 1) {
   Geo g;
