@@ -300,7 +300,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const rr::L2Hint h = rr::l2_hint(last);
-  rr::Stage<T, NS> st(stage_smem, staged, h);
+  rr::Stage<T, NS> st(stage_smem, staged);
   const T zero = from_acc<T>(A(0));
   st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {

@@ -570,14 +570,15 @@ template <class T, int NS, bool PF> struct BwdRows {
 // buf[(b * NS + s) * blockDim + i] (a warp's 16-byte accesses are contiguous: no bank conflicts). Each thread reads
 // back only what it copied, so no barrier guards the buffers; a copy into a buffer is issued only once the thread's
 // registers hold the row it held and a value computed from all of them (`after`) exists, so the shared loads have
-// completed.
+// completed. The copies take no L2 policy: with `.L2::cache_hint`, ptxas (CUDA 13.0) gave softmax's 16-bit kernel
+// LDGSTS instructions whose descriptor sat in an odd uniform register, and every staged softmax launch
+// (MYOPS_ROW_STAGE=2) died of an illegal instruction in start() (compute-sanitizer, H200). Staging is a tuning path:
+// by default no kernel stages (the clustered rows of softmax share SMs; the norms' take their long-row kernels).
 template <class T, int NS> struct Stage {
   uint4* buf;  // dynamic shared memory: nbuf * NS * blockDim 16-byte slots
   int nbuf;    // 0 (the kernel loads from global memory), 1 or 2
   int k = 0;   // rows taken so far: buffer k % nbuf holds the next
-  L2Hint h;    // the copies' L2 policy
-  __device__ Stage(unsigned char* smem, int nbuf_, L2Hint h_)
-      : buf(reinterpret_cast<uint4*>(smem)), nbuf(nbuf_), h(h_) {}
+  __device__ Stage(unsigned char* smem, int nbuf_) : buf(reinterpret_cast<uint4*>(smem)), nbuf(nbuf_) {}
   static constexpr int bytes_per_thread() { return NS * 16; }
   __device__ __forceinline__ uint4* slot(int b, int s) const { return buf + (b * NS + s) * blockDim.x + threadIdx.x; }
   // Copies row `row` of [M, N] (row stride rs) into buffer b (nothing for a row past M) as one cp.async group.
@@ -590,9 +591,7 @@ template <class T, int NS> struct Stage {
         const int c = Regs<T, NS>::col(s, t, tpr);
         if (c < N) {
           const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(slot(b, s)));
-          asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src + c),
-                       "l"(h.pol), "f"(after)
-                       : "memory");
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + c), "f"(after) : "memory");
         }
       }
     }

@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const rr::L2Hint h = rr::l2_hint(last);
-  rr::Stage<T, NS> st(stage_smem, staged, h);  // staged: x only (never with ADD)
+  rr::Stage<T, NS> st(stage_smem, staged);  // staged: x only (never with ADD)
   const T zero = from_acc<T>(A(0));
   st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {

@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const rr::L2Hint h = rr::l2_hint(last);
-  rr::Stage<T, NS> st(stage_smem, staged, h);
+  rr::Stage<T, NS> st(stage_smem, staged);
   const T ninf = from_acc<T>(neg_inf<A>());
   st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
