@@ -131,6 +131,18 @@ __device__ __forceinline__ void write_row(T* __restrict__ row, int N, int t, int
 }
 
 // ---- fast path (regrow.cuh): rows in registers; two exact reductions (max, then sum) instead of the online pair.
+// softmax's 16-bit rows of up to 4 vectors per thread keep exp(x - max) in fp32 registers from the sum's pass, which
+// the output pass then scales, where it converted x and took exp again: Nsight Compute, bf16 [65536, 1024] (H200),
+// 39.8M -> 31.7M instructions (at 78.8% of DRAM bandwidth either way); H200, forward, % of copy, two rounds: [16384,
+// 4096] 93.8 / 94.2 -> 94.5 / 94.8, N = 1024 93.9 / 93.8 -> 94.4 / 94.4, N = 2048 94.0 / 93.9 -> 94.6 / 94.5 (63
+// registers instead of 40). Not log_softmax, whose output pass needs only x (held converted: within 0.3 either way),
+// nor rms_norm's and layer_norm's 16-bit forwards with x held converted (64 registers, spills and rematerialized
+// conversions: layer_norm -0.5 to -1.1, rms_norm [16384, 4096] 93.5 -> 88.1; unbounded, 86 registers, layer_norm
+// 90.3 -> 78.0 at N = 1024). -DMYOPS_SM_HOLD=0 converts on each pass (A/B).
+#ifndef MYOPS_SM_HOLD
+#define MYOPS_SM_HOLD 1
+#endif
+template <class T, int NS, bool LOG> constexpr bool kHold = MYOPS_SM_HOLD && sizeof(T) == 2 && NS <= 4 && !LOG;
 template <class T, int NS, bool LOG>
 __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                                                       const T* __restrict__ x, int64_t xs,  // [M, N]
@@ -155,9 +167,29 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
     st.next(x, xs, r, l.step(), M, N, l.t, tpr, tm);
     const A m = red(tm, rr::Max{}, neg_inf<A>());
     const A ms = rr::exp_shift(m);
-    const A sum = red(rr::thread_exp_sum<false>(v, ms, N, l.t, tpr).a, rr::Sum{}, A(0));
-    if (!live) continue;
-    write_row<T, NS, LOG>(y + r * ys, N, l.t, tpr, m, sum, [&](int s, A(&a)[VEC]) { v.fresh(s, a); });
+    if constexpr (kHold<T, NS, LOG>) {
+      A ex[NS][VEC];  // exp(x - ms); slots past N hold -inf: 0
+      A se = A(0);
+#pragma unroll
+      for (int s = 0; s < NS; ++s)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) se += ex[s][e] = exp_of<T>(v.at(s, e) - ms);
+      const A inv = A(1) / red(se, rr::Sum{}, A(0));
+      if (!live) continue;
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+        if (c >= N) break;
+        A a[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) a[e] = ex[s][e] * inv;  // (as write_row: the rounding to T hides 1 ulp)
+        rr::store(y + r * ys, c, a);
+      }
+    } else {
+      const A sum = red(rr::thread_exp_sum<false>(v, ms, N, l.t, tpr).a, rr::Sum{}, A(0));
+      if (!live) continue;
+      write_row<T, NS, LOG>(y + r * ys, N, l.t, tpr, m, sum, [&](int s, A(&a)[VEC]) { v.fresh(s, a); });
+    }
   }
 }
 
@@ -290,16 +322,27 @@ template <class T> rr::Geo pipe_fwd_geo(int64_t N) {
   return {};
 }
 
+// The 16-bit forward's rows split over a cluster aim for CTAs of 128 threads, where that takes at most 8 of them, else
+// 256 as fp32's: H200, forward, % of copy, 256 -> 128, two rounds: N = 65536 (8 CTAs of 128 instead of 4 of 256)
+// softmax bf16 89.0 / 89.2 -> 92.3 / 92.3, fp16 89.9 -> 92.4 / 92.5, log_softmax bf16 91.7 / 92.0 -> 93.3 / 93.4,
+// fp16 92.1 / 92.2 -> 93.3 / 93.5; at N = 131072 (16 CTAs of 128 against 8 of 256) softmax bf16 87.6 -> 86.8,
+// log_softmax 90.7 / 90.8 -> 90.1; CTAs of 64 at N = 65536: softmax bf16 65.0. fp32 lost at N = 65536 (softmax
+// 90.7 -> 88.3, log_softmax 97.6 -> 97.4). -DMYOPS_SM_CTA16=256 restores 256 (A/B).
+#ifndef MYOPS_SM_CTA16
+#define MYOPS_SM_CTA16 128
+#endif
+constexpr int kFwdCta16 = MYOPS_SM_CTA16;
 // Vectors per thread (0: fp64 takes the rows.cuh engine); forward holds one row, backward two.
 template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
 template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 4;
 // min_ns: the forward takes at least 4 vectors per thread, fp32 8 (rr::geometry): H200, forward, % of copy, [65536,
 // 1024] bf16 65.8 -> 94.0, fp32 88.7 -> 97.8; [32768, 2048] bf16 89.4 -> 94.1, fp32 94.2 -> 97.9 (torch.compile 93.1,
 // 97.3, 39.1, 73.6).
-template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, int min_ns = 1) {
+// cta: the threads per CTA a row split over a cluster aims for (rr::cluster_cta).
+template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, int min_ns = 1, int cta = 256) {
   if constexpr (MaxNs == 0) return {};
   else return rr::geometry(N, elem, MaxNs, elem == 4 ? 1024 : 512, rr::target_tpr(), rr::kMaxCluster,
-                          rr::cluster_cta(256), min_ns);
+                          rr::cluster_cta(cta), min_ns);
 }
 // Backward: fp32 rows longer than 4 vectors x 1024 threads x 8 CTAs (and than 16 CTAs of 512) take 8 vectors per
 // thread in 512-thread CTAs (that kernel is bound to 512 threads, 128 registers), up to 262144 elements in a cluster
@@ -320,7 +363,9 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int es = sizeof(T);
-    const rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es, rr::min_ns_knob(es == 4 ? 8 : 4));
+    const int min_ns = rr::min_ns_knob(es == 4 ? 8 : 4);
+    rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es, min_ns, es == 4 ? 256 : kFwdCta16);
+    if (g0.cluster > rr::kMaxCluster) g0 = rr_geo<kFwdNs<T>>(N, es, min_ns);  // (see kFwdCta16)
     if (g0.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
       if constexpr (sizeof(T) != 8) {
         const rr::Geo gp = g0.cluster > 1 ? pipe_fwd_geo<T>(N) : rr::Geo{};
