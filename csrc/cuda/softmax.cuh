@@ -107,10 +107,11 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
 }
 
 // Writes this thread's NS slots of a row of y (thread t of tpr), given the row's max m and sum of exp(x - ms)
-// (ms = exp_shift(m)); get(s, a) fills slot s's x.
-template <class T, int NS, bool LOG, class Get>
+// (ms = exp_shift(m)); get(s, a) fills slot s's x (EXPED: exp(x - ms), which 16-bit softmax keeps from its sum).
+template <class T, int NS, bool LOG, bool EXPED = false, class Get>
 __device__ __forceinline__ void write_row(T* __restrict__ row, int N, int t, int tpr, acc_t<T> m, acc_t<T> sum,
                                           Get&& get) {
+  static_assert(!EXPED || (sizeof(T) == 2 && !LOG), "EXPED: 16-bit softmax only");
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   const A ms = rr::exp_shift(m), logs = log_of<T>(sum), inv = A(1) / sum;
@@ -123,7 +124,7 @@ __device__ __forceinline__ void write_row(T* __restrict__ row, int N, int t, int
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       if constexpr (LOG) a[e] = (a[e] - m) - logs;  // not a - (m + logs): that rounds at m's magnitude
-      else if constexpr (sizeof(T) == 2) a[e] = exp_of<T>(a[e] - ms) * inv;  // the rounding to T hides 1 ulp
+      else if constexpr (sizeof(T) == 2) a[e] = (EXPED ? a[e] : exp_of<T>(a[e] - ms)) * inv;  // T hides 1 ulp
       else a[e] = div_rn(exp_of<T>(a[e] - ms), sum, inv);
     }
     rr::store(row, c, a);
@@ -174,17 +175,12 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
       for (int s = 0; s < NS; ++s)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) se += ex[s][e] = exp_of<T>(v.at(s, e) - ms);
-      const A inv = A(1) / red(se, rr::Sum{}, A(0));
+      const A sum = red(se, rr::Sum{}, A(0));
       if (!live) continue;
+      write_row<T, NS, LOG, true>(y + r * ys, N, l.t, tpr, m, sum, [&](int s, A(&a)[VEC]) {
 #pragma unroll
-      for (int s = 0; s < NS; ++s) {
-        const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-        if (c >= N) break;
-        A a[VEC];
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) a[e] = ex[s][e] * inv;  // (as write_row: the rounding to T hides 1 ulp)
-        rr::store(y + r * ys, c, a);
-      }
+        for (int e = 0; e < VEC; ++e) a[e] = ex[s][e];
+      });
     } else {
       const A sum = red(rr::thread_exp_sum<false>(v, ms, N, l.t, tpr).a, rr::Sum{}, A(0));
       if (!live) continue;
