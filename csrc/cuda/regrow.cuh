@@ -442,6 +442,44 @@ template <class T> __device__ __forceinline__ uint32_t splat_word(T f) {
   }
 }
 
+// A thread's sum over its part of a row in kChains independent accumulators, added pairwise at the end. With one
+// accumulator a pass is a serial chain of NS * VEC dependent adds (32 x 4 cycles for a bf16 row at 4 vectors per
+// thread) between a row's load and its reduction, in kernels that wait on latency (Nsight Compute, layer_norm bf16
+// [65536, 1024]: 68% of DRAM bandwidth at 68% of SM issue). The accumulators start at -0, which an add leaves exact
+// (x + -0 = x for every x), so the compiler folds the first add of each. layer_norm's 16-bit forward takes them
+// (H200, % of copy, bf16 [65536, 1024]: 90.7 with one chain, 91.3 with four); rms_norm's measured within 0.2 and
+// keeps one. MYOPS_RR_CHAINS=1: one chain (A/B).
+#ifndef MYOPS_RR_CHAINS
+#define MYOPS_RR_CHAINS 4
+#endif
+template <class A, int NC = MYOPS_RR_CHAINS> struct Chains {
+  A c[NC];
+  __device__ __forceinline__ Chains() {
+#pragma unroll
+    for (int i = 0; i < NC; ++i) c[i] = A(-0.0);
+  }
+  // term i (a compile-time index after unrolling) goes to chain i % NC
+  __device__ __forceinline__ void add(int i, A x) { c[i % NC] += x; }
+  __device__ __forceinline__ void fma(int i, A x, A y) {
+    if constexpr (sizeof(A) == 4) c[i % NC] = fmaf(x, y, c[i % NC]);
+    else c[i % NC] = ::fma(x, y, c[i % NC]);
+  }
+  __device__ __forceinline__ A total() const {
+    A t[NC];
+#pragma unroll
+    for (int i = 0; i < NC; ++i) t[i] = c[i];
+#pragma unroll
+    for (int w = NC / 2; w > 0; w /= 2)
+#pragma unroll
+      for (int i = 0; i < w; ++i) t[i] += t[i + w];
+    return t[0];
+  }
+};
+static_assert((MYOPS_RR_CHAINS & (MYOPS_RR_CHAINS - 1)) == 0, "MYOPS_RR_CHAINS: a power of 2");
+// Chains for a pass over NS vectors per thread: one at 8, where the 16-bit forwards sit at their 64-register bound
+// and spilled more with four (layer_norm bf16, N = 8192 rows: 28 -> 80 bytes).
+template <int NS> constexpr int kChainsFor = NS <= 4 ? MYOPS_RR_CHAINS : 1;
+
 // NS 16-byte vectors of one row, raw (converted on use so that they cost 4 registers each).
 template <class T, int NS> struct Regs {
   static constexpr int VEC = 16 / sizeof(T);
