@@ -218,7 +218,12 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
 // ws: [owners, N] dw partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
 // AFF: w and ws are both present (the weight's gradient is wanted), tested at compile time for the reason
 // layer_norm.cu's rr_bwd_kernel gives (the run-time tests kept g * x * rs and the dot product from fusing).
-template <class T, int NS, bool ADD, bool AFF>
+// FULL (16-bit rows that fill every thread's slots, rr::Geo::full): loads without per-slot bounds tests or fills,
+// whose predicated address arithmetic (parameters reloaded from the constant bank) ran at each row's top. H200,
+// bf16 forward+backward, % of copy, two rounds: [16384, 4096] 85.3 / 85.4 -> 86.0 / 86.0, N = 1024 80.4 / 80.4 ->
+// 81.4 / 81.4, N = 2048 84.1 / 84.2 -> 84.5 / 84.6; add_rms_norm N = 1024 109.0 / 109.1 -> 110.1 / 110.0. (The same
+// in layer_norm's register backward, with its first pass's xh fused, measured 78.6 / 78.8 either way.)
+template <class T, int NS, bool ADD, bool AFF, bool FULL>
 __global__ void __launch_bounds__(rr::bwd_max_threads<T>())
 rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                      acc_t<T>* __restrict__ ws,                // [owners, N]
@@ -236,7 +241,7 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
   const T zero = from_acc<T>(A(0));
   const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr;
   rr::Regs<T, NS> wr;  // the weight, loaded once: a thread's columns are the same on every row
-  if (hw) wr.load(w, N, l.t, tpr, zero);
+  if (hw) wr.template load<FULL>(w, N, l.t, tpr, zero);
   A dw[NS][VEC];
 #pragma unroll
   for (int s = 0; s < NS; ++s)
@@ -248,15 +253,15 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
   rr::Regs<T, NS> g, v;
   int64_t rc = rr::row_or_last(l.first() + l.slot, M);
   A rs_n = rstd[rc];
-  g.template load<false>(dy + rc * dys, N, l.t, tpr, zero);
-  v.template load<false>(sx + rc * sxs, N, l.t, tpr, zero);
+  g.template load<FULL>(dy + rc * dys, N, l.t, tpr, zero);
+  v.template load<FULL>(sx + rc * sxs, N, l.t, tpr, zero);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
     const bool live = r < M;
     rc = rr::row_or_last(r + l.step(), M);
     rr::Regs<T, NS> gn, vn;
-    gn.template load<false>(dy + rc * dys, N, l.t, tpr, zero);
-    vn.template load<false>(sx + rc * sxs, N, l.t, tpr, zero);
+    gn.template load<FULL>(dy + rc * dys, N, l.t, tpr, zero);
+    vn.template load<FULL>(sx + rc * sxs, N, l.t, tpr, zero);
     const A rs = rs_n;
     rs_n = rstd[rc];
     A dot = A(0);
@@ -273,7 +278,7 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
 #pragma unroll
       for (int s = 0; s < NS; ++s) {
         const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-        if (c >= N) break;
+        if (!FULL && c >= N) break;
         A d[VEC], gv[VEC], xv[VEC], wv[VEC];
         g.fresh(s, gv);
         v.fresh(s, xv);
@@ -297,7 +302,7 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
     const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-    if (c >= N) break;
+    if (!FULL && c >= N) break;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) out[c + e] = dw[s][e];
   }
@@ -586,10 +591,15 @@ template <class T, bool ADD> auto rr_fwd_long_kernel_for(int ns, bool w) {
 }
 // The backward fast path's grid with a dw workspace (-1: none fits).
 // (with dw: the AFF kernel, a weight being present)
+template <class T, int NS, bool ADD> auto rr_bwd_kernel_for(bool dw, bool full) {
+  if constexpr (sizeof(T) == 2)  // (fp32: no FULL variant; add_rms_norm's 4-vector one spilled 48 bytes)
+    if (full) return dw ? rr_bwd_kernel<T, NS, ADD, true, true> : rr_bwd_kernel<T, NS, ADD, false, true>;
+  return dw ? rr_bwd_kernel<T, NS, ADD, true, false> : rr_bwd_kernel<T, NS, ADD, false, false>;
+}
 template <class T, bool ADD> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool dw) {
   if (!dw) return rr::cover_grid(g, M);
   return rr::with_ns<kBwdNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {
-    return rr::resident_grid(g, rr_bwd_kernel<T, decltype(ns)::value, ADD, true>, M);
+    return rr::resident_grid(g, rr_bwd_kernel_for<T, decltype(ns)::value, ADD>(true, g.full), M);
   });
 }
 
@@ -737,7 +747,7 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
       if (grid < 0) return (int)MYOPS_EARG;
       return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
-        const auto kernel = ws != nullptr ? rr_bwd_kernel<T, NS, ADD, true> : rr_bwd_kernel<T, NS, ADD, false>;
+        const auto kernel = rr_bwd_kernel_for<T, NS, ADD>(ws != nullptr, g.full);
         return rr::launch(g, grid, kernel, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(dx.ptr), dx.row_stride, static_cast<acc_t<T>*>(ws),
                           static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(s.ptr), s.row_stride,
