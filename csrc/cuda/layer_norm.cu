@@ -170,10 +170,11 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
 template <class T> constexpr bool kFused = MYOPS_LN_FUSED && sizeof(T) == 2;
 // The register kernels take inv_n = 1/N (rounded to acc_t) from the host and multiply: a division by N compiles to
 // an IEEE division sequence of about a dozen instructions, once or twice per row (where a CTA runs one row).
+// Accumulator chains (rr::Chains) of the 16-bit register forward's sums; fp32 keeps one (H200 [16384, 4096]
+// forward 95.6 / 95.5 -> 95.0 / 94.9% of copy with four).
+template <class T, int NS> constexpr int kLnChains = sizeof(T) == 2 ? rr::kChainsFor<NS> : 1;
 // The statistics of a row held in registers (rr_fwd, rr_fwd_long_kernel), from this thread's sum of its part:
 // mu = mean(x) and rs = 1 / sqrt(mean((x - mu)^2) + eps), two reductions (no cancellation).
-// (fp32 keeps one chain: H200 [16384, 4096] forward 95.6 / 95.5 -> 95.0 / 94.9% of copy with four.)
-template <class T, int NS> constexpr int kLnChains = sizeof(T) == 2 ? rr::kChainsFor<NS> : 1;
 template <class T, int NS, bool FULL>
 __device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc_t<T> sum, rr::RowReduce& red, int t,
                                                    int tpr, int N, acc_t<T> inv_n, acc_t<T> eps) {

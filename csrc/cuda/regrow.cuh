@@ -442,7 +442,7 @@ template <class T> __device__ __forceinline__ uint32_t splat_word(T f) {
   }
 }
 
-// A thread's sum over its part of a row in kChains independent accumulators, added pairwise at the end. With one
+// A thread's sum over its part of a row in NC independent accumulators, added pairwise at the end. With one
 // accumulator a pass is a serial chain of NS * VEC dependent adds (32 x 4 cycles for a bf16 row at 4 vectors per
 // thread) between a row's load and its reduction, in kernels that wait on latency (Nsight Compute, layer_norm bf16
 // [65536, 1024]: 68% of DRAM bandwidth at 68% of SM issue). The accumulators start at -0, which an add leaves exact
@@ -479,7 +479,7 @@ template <class A, int NC = MYOPS_RR_CHAINS> struct Chains {
 };
 static_assert((MYOPS_RR_CHAINS & (MYOPS_RR_CHAINS - 1)) == 0, "MYOPS_RR_CHAINS: a power of 2");
 // Chains for a pass over NS vectors per thread: one at 8, where the 16-bit forwards sit at their 64-register bound
-// and spilled more with four (layer_norm bf16, N = 8192 rows: 28 -> 80 bytes).
+// and spilled more with four (layer_norm bf16, 8 vectors and a partial last slot: 28 -> 40 bytes).
 template <int NS> constexpr int kChainsFor = NS <= 4 ? MYOPS_RR_CHAINS : 1;
 
 // NS 16-byte vectors of one row, raw (converted on use so that they cost 4 registers each).

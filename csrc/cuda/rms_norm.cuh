@@ -589,13 +589,15 @@ template <class T, bool ADD> auto rr_fwd_long_kernel_for(int ns, bool w) {
   if (ns == 4) return w ? rr_fwd_long_kernel<T, 4, true, ADD> : rr_fwd_long_kernel<T, 4, false, ADD>;
   return w ? rr_fwd_long_kernel<T, 8, true, ADD> : rr_fwd_long_kernel<T, 8, false, ADD>;
 }
-// The backward fast path's grid with a dw workspace (-1: none fits).
-// (with dw: the AFF kernel, a weight being present)
+// The register backward's kernel: AFF with a dw workspace, FULL for 16-bit rows that fill every slot (fp32 has no
+// FULL variant: add_rms_norm's 4-vector one spilled 48 bytes).
 template <class T, int NS, bool ADD> auto rr_bwd_kernel_for(bool dw, bool full) {
-  if constexpr (sizeof(T) == 2)  // (fp32: no FULL variant; add_rms_norm's 4-vector one spilled 48 bytes)
+  if constexpr (sizeof(T) == 2)
     if (full) return dw ? rr_bwd_kernel<T, NS, ADD, true, true> : rr_bwd_kernel<T, NS, ADD, false, true>;
   return dw ? rr_bwd_kernel<T, NS, ADD, true, false> : rr_bwd_kernel<T, NS, ADD, false, false>;
 }
+// The backward fast path's grid with a dw workspace (-1: none fits).
+// (with dw: the AFF kernel, a weight being present)
 template <class T, bool ADD> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool dw) {
   if (!dw) return rr::cover_grid(g, M);
   return rr::with_ns<kBwdNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {

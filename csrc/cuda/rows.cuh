@@ -107,7 +107,7 @@ template <class T> __device__ __forceinline__ acc_t<T> log_of(acc_t<T> x) {
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
-// 1 / sqrt(v): correctly rounded sqrt and division (1 ulp) rather than rsqrtf's 2 ulp; once per row, free.
+// 1 / sqrt(v): correctly rounded sqrt and division (1 ulp) rather than rsqrtf's 2 ulp (fp32 and fp64 rows).
 template <class A> __device__ __forceinline__ A inv_sqrt(A v) { return A(1) / sqrt(v); }
 // A row's 1 / sqrt(v) for output type T: rsqrtf (2 ulp) for 16-bit outputs, whose rounding (2^-9 / 2^-12) dwarfs
 // it; inv_sqrt else. A one-warp row's correctly rounded form (a square root, a division and their slow-path tests)
