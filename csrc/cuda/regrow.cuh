@@ -227,6 +227,12 @@ constexpr int kRedBytes = 2 * kRedSetBytes + 16;
 // 32 -> 4: [262144, 256] layer_norm bf16 53.0 -> 89.3, fp32 89.0 -> 95.9, rms_norm bf16 83.2 -> 91.5, softmax bf16
 // 78.3 -> 93.5; [131072, 512] layer_norm bf16 74.5 -> 89.8 (torch.compile 93.0, 97.2, 93.9, 91.6; 92.7); 8 measured
 // the same. MYOPS_ROW_MIN_TPR (1-32, a power of 2) overrides (A/B, read once).
+// MYOPS_ROW_CTA (32-512, a power of 2): overrides the threads of a CTA that holds several rows of up to 64 threads
+// (geometry's row_cta; tuning, read once).
+inline int row_cta(int kernel_choice = kCtaThreads) {
+  static const int v = env_knob("MYOPS_ROW_CTA", 0, [](int n) { return n >= 32 && n <= 512 && !(n & (n - 1)); });
+  return v ? v : kernel_choice;
+}
 inline int min_tpr() {
   static const int v = env_knob("MYOPS_ROW_MIN_TPR", 4, [](int n) { return n >= 1 && n <= 32 && !(n & (n - 1)); });
   return v;
@@ -245,9 +251,11 @@ inline int min_ns_knob(int kernel_choice) {
 // per thread; fewer threads per row shorten the cross-warp reduction. target_tpr comes from measurement
 // (BENCHMARKS.md). A row that max_tpr threads of max_ns vectors cannot hold is split over a cluster (up to
 // max_cluster CTAs, or sm_90's non-portable 16) at max_ns: with cta_target, the fewest CTAs of at most cta_target
-// threads, else the most CTAs (the smallest) that hold it; without, the fewest CTAs that hold it.
+// threads, else the most CTAs (the smallest) that hold it; without, the fewest CTAs that hold it. Rows of up to 64
+// threads share CTAs of row_cta threads (MYOPS_ROW_CTA overrides).
 inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr, int max_cluster = 1,
-                    int cta_target = 0, int min_ns = 1) {
+                    int cta_target = 0, int min_ns = 1, int row_cta = kCtaThreads) {
+  row_cta = rr::row_cta(row_cta);
   Geo g;
   if (N <= 0 || N % (16 / elem) != 0) return g;  // whole 16-byte vectors only
   const int64_t nvec = N / (16 / elem);
@@ -298,7 +306,7 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
   g.ns = ns;
   g.tpr = tpr;
   g.full = nvec == (int64_t)ns * tpr;
-  g.rows = tpr >= kCtaThreads ? 1 : kCtaThreads / tpr;
+  g.rows = tpr >= row_cta || tpr > 64 ? 1 : row_cta / tpr;
   g.threads = g.tpr * g.rows;
   return g;
 }

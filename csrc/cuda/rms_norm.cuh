@@ -540,10 +540,15 @@ template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 
 // copy, 1 -> 2 vectors, [65536, 1024] bf16 77.0 -> 92.7, fp32 83.8 -> 97.4, [32768, 2048] bf16 74.4 -> 93.0
 // (torch.compile 93.0, 97.2, 81.5; 4 vectors: 91.7, 97.5, 92.4); add_rms_norm, with twice the bytes per element, ran
 // at 97.9-98.4 with one (bf16) and keeps it.
+// 16-bit rows of up to 64 threads (N <= 1024 at 2 vectors per thread) share CTAs of 256 threads: H200, bf16
+// [65536, 1024], % of copy, 128 -> 256, three rounds 92.4 / 92.4 / 92.6 -> 93.1 / 92.9 / 92.8, two more 92.5 / 92.6
+// -> 93.0 / 93.0 (torch.compile 94.4). layer_norm keeps 128 (bf16 91.3 / 91.0 / 91.3 -> 90.9 / 90.8 / 90.7, fp32
+// 97.2-97.5 -> 95.6-96.0); add_rms_norm, at 97.9% of copy there, keeps it unmeasured.
 template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
   if constexpr (kFwdNs<T, ADD> == 0) return {};
   else return rr::geometry(N, sizeof(T), kFwdNs<T, ADD>, 512, rr::target_tpr(256), rr::kMaxCluster,
-                          rr::cluster_cta(sizeof(T) == 2 ? 512 : 256), rr::min_ns_knob(ADD ? 1 : 2));
+                          rr::cluster_cta(sizeof(T) == 2 ? 512 : 256), rr::min_ns_knob(ADD ? 1 : 2),
+                          sizeof(T) == 2 && !ADD ? 256 : rr::kCtaThreads);
 }
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if constexpr (kBwdNs<T> == 0) return {};

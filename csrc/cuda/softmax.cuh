@@ -334,11 +334,17 @@ template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 4;
 // min_ns: the forward takes at least 4 vectors per thread, fp32 8 (rr::geometry): H200, forward, % of copy, [65536,
 // 1024] bf16 65.8 -> 94.0, fp32 88.7 -> 97.8; [32768, 2048] bf16 89.4 -> 94.1, fp32 94.2 -> 97.9 (torch.compile 93.1,
 // 97.3, 39.1, 73.6).
-// cta: the threads per CTA a row split over a cluster aims for (rr::cluster_cta).
-template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, int min_ns = 1, int cta = 256) {
+// cta: the threads per CTA a row split over a cluster aims for (rr::cluster_cta); row_cta: those of a CTA that rows
+// of up to 64 threads share (rr::geometry). softmax's 16-bit forward takes 256 for rows of one warp: H200, bf16
+// [65536, 1024], % of copy, 128 -> 256, three rounds 94.2 / 94.3 / 94.2 -> 94.6 / 94.7 / 94.6, two more 94.2 / 94.3
+// -> 94.7 / 94.7 (torch.compile 94.6). log_softmax keeps 128 (94.0 / 93.9 / 93.9 -> 94.0 / 93.8 / 93.8, then 94.2 /
+// 94.1 -> 94.0 / 93.9), as do fp32 (97.8 / 97.8 / 97.9 -> 97.7 / 97.7 / 97.8) and rows of two warps ([32768, 2048]
+// bf16 94.7 -> 92.6, one round).
+template <int MaxNs>
+rr::Geo rr_geo(int64_t N, int elem, int min_ns = 1, int cta = 256, int row_cta = rr::kCtaThreads) {
   if constexpr (MaxNs == 0) return {};
   else return rr::geometry(N, elem, MaxNs, elem == 4 ? 1024 : 512, rr::target_tpr(), rr::kMaxCluster,
-                          rr::cluster_cta(cta), min_ns);
+                          rr::cluster_cta(cta), min_ns, row_cta);
 }
 // Backward: fp32 rows longer than 4 vectors x 1024 threads x 8 CTAs (and than 16 CTAs of 512) take 8 vectors per
 // thread in 512-thread CTAs (that kernel is bound to 512 threads, 128 registers), up to 262144 elements in a cluster
@@ -360,7 +366,8 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
     using T = decltype(tag);
     constexpr int es = sizeof(T);
     const int min_ns = rr::min_ns_knob(es == 4 ? 8 : 4);
-    rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es, min_ns, es == 4 ? 256 : kFwdCta16);
+    const int row_cta = !LOG && es == 2 && N <= 1024 ? 256 : rr::kCtaThreads;  // (softmax's 16-bit one-warp rows)
+    rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es, min_ns, es == 4 ? 256 : kFwdCta16, row_cta);
     if (g0.cluster > rr::kMaxCluster) g0 = rr_geo<kFwdNs<T>>(N, es, min_ns);  // (see kFwdCta16)
     if (g0.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
       if constexpr (sizeof(T) != 8) {
