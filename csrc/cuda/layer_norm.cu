@@ -202,6 +202,30 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc
 // 37.0M), 76.0 -> 72.6 us; forward, % of copy, two rounds: [16384, 4096] 87.3 / 87.2 -> 88.2 / 88.4, N = 1024
 // 90.2 / 90.2 -> 91.3 / 91.3, N = 2048 87.6 / 87.4 -> 88.8 / 88.6 (without this form alone, N = 1024: 90.6).
 // n_t, inv_nt: this thread's elements in the row and 1 / n_t (0 for a thread past the row: it adds 0 to both sums).
+// This thread's (sum of u, sum of u^2), u = x - center, over its slots of the row (slots past N hold the fill, not
+// center: left out; FULL: there are none), in NC accumulator chains (rr::Chains). FRESH: converted by Regs::fresh,
+// for a pass after a reduction over the same registers.
+template <bool FRESH, bool FULL = false, int NC = 1, class T, int NS>
+__device__ __forceinline__ Pair<float> moments_about(const rr::Regs<T, NS>& v, float center, int t, int tpr, int N) {
+  constexpr int VEC = 16 / sizeof(T);
+  rr::Chains<float, NC> su, suu;
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    if (!FULL && rr::Regs<T, NS>::col(s, t, tpr) >= N) break;
+    float a[VEC];
+    if constexpr (FRESH) v.fresh(s, a);
+    else
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const float u = a[e] - center;
+      su.add(s * VEC + e, u);
+      suu.fma(s * VEC + e, u, u);
+    }
+  }
+  return {su.total(), suu.total()};
+}
 #ifndef MYOPS_LN_TSHIFT
 #define MYOPS_LN_TSHIFT 1
 #endif
@@ -210,20 +234,9 @@ template <class T, int NS, bool FULL>
 __device__ __forceinline__ Pair<float> rr_stats_tshift(const rr::Regs<T, NS>& v, rr::RowReduce& red, int t, int tpr,
                                                        int N, float n_t, float inv_nt, float inv_n, float eps,
                                                        float& first_pass) {
-  constexpr int VEC = 16 / sizeof(T);
   const float k = v.at(0, 0);  // (a thread past the row: the zero fill, with n_t = 0)
-  rr::Chains<float, rr::kChainsFor<NS>> su, suu;
-#pragma unroll
-  for (int s = 0; s < NS; ++s) {
-    if (!FULL && rr::Regs<T, NS>::col(s, t, tpr) >= N) break;  // the fill would add -K
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const float u = v.at(s, e) - k;
-      su.add(s * VEC + e, u);
-      suu.fma(s * VEC + e, u, u);
-    }
-  }
-  const float a = su.total(), b = suu.total();
+  const Pair<float> m = moments_about<false, FULL, rr::kChainsFor<NS>>(v, k, t, tpr, N);
+  const float a = m.a, b = m.b;
   first_pass = a;
   const float mt = fmaf(a, inv_nt, k), m2t = fmaf(-a * inv_nt, a, b);
   const float mu = red(fmaf(n_t, k, a), rr::Sum{}, 0.f) * inv_n, d = mt - mu;
@@ -279,29 +292,6 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& 
 // (AFF only: with the weight or the bias absent, the kernel's run-time tests and the branch's pass left it spilling
 // 60 bytes instead of 24.)
 template <class T, int NS, bool AFF> constexpr bool kShift = MYOPS_LN_SHIFT && sizeof(T) == 2 && NS == 4 && AFF;
-// This thread's (sum of u, sum of u^2), u = x - center, over its slots of the row (slots past N hold 0, not center:
-// left out). FRESH: converted by Regs::fresh, for a pass after a reduction over the same registers.
-template <bool FRESH, class T, int NS>
-__device__ __forceinline__ Pair<float> moments_about(const rr::Regs<T, NS>& v, float center, int t, int tpr, int N) {
-  constexpr int VEC = 16 / sizeof(T);
-  float su = 0.f, suu = 0.f;
-#pragma unroll
-  for (int s = 0; s < NS; ++s) {
-    if (rr::Regs<T, NS>::col(s, t, tpr) >= N) break;
-    float a[VEC];
-    if constexpr (FRESH) v.fresh(s, a);
-    else
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const float u = a[e] - center;
-      su += u;
-      suu = fmaf(u, u, suu);
-    }
-  }
-  return {su, suu};
-}
 template <class T, int NS>
 __device__ __forceinline__ Pair<float> rr_stats_shift(const rr::Regs<T, NS>& v, float k, rr::RowReduce& red, int t,
                                                       int tpr, int N, float inv_n, float eps) {

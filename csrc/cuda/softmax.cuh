@@ -366,7 +366,8 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
     using T = decltype(tag);
     constexpr int es = sizeof(T);
     const int min_ns = rr::min_ns_knob(es == 4 ? 8 : 4);
-    const int row_cta = !LOG && es == 2 && N <= 1024 ? 256 : rr::kCtaThreads;  // (softmax's 16-bit one-warp rows)
+    const bool warp_row = N <= (int64_t)32 * min_ns * (16 / es);  // one warp at min_ns vectors per thread
+    const int row_cta = !LOG && es == 2 && warp_row ? 256 : rr::kCtaThreads;  // (see rr_geo)
     rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es, min_ns, es == 4 ? 256 : kFwdCta16, row_cta);
     if (g0.cluster > rr::kMaxCluster) g0 = rr_geo<kFwdNs<T>>(N, es, min_ns);  // (see kFwdCta16)
     if (g0.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
