@@ -682,27 +682,29 @@ template <class T, int NS> struct Stage {
 };
 
 // K per-column sums over rows (weight and bias gradients) of a thread's NS slots, in shared memory for kernels whose
-// registers cannot also hold them. A slot's K x VEC sums are K * VEC / 4 16-byte entries, each [NS][K * VEC / 4][CTA]
-// (a warp's 16-byte accesses are contiguous: no bank conflicts; a thread touches only its own entries: no barrier),
-// holding the sums element-major (e * K + k): a kernel reads a slot's sums with 16-byte loads, adds a row, and writes
-// them back (with one 4-byte access per sum, the two sums of layer_norm's backward took 4 shared-memory instructions
-// per element). CTA is the kernel's thread bound, not blockDim, so that the offsets are immediates. The launch gives
-// bytes() of dynamic shared memory.
+// registers cannot also hold them. A slot's K x VEC sums are K * VEC / 4 16-byte entries; each warp has its own
+// [NS][K * VEC / 4][32] block of them (a warp's 16-byte accesses are contiguous: no bank conflicts; the offsets are
+// immediates; a thread touches only its own entries: no barrier), holding the sums element-major (e * K + k): a
+// kernel reads a slot's sums with 16-byte loads, adds a row, and writes them back (with one 4-byte access per sum,
+// the two sums of layer_norm's backward took 4 shared-memory instructions per element). The launch gives
+// bytes(blockDim) of dynamic shared memory (CTA: the kernel's thread bound, the default).
 template <class T, int NS, int K, int CTA> struct ColSums {
   static constexpr int VEC = 16 / sizeof(T), Q = K * VEC / 4;
   using A = acc_t<T>;
   static_assert(sizeof(A) == 4, "ColSums holds fp32 sums");
   float4* buf;  // this thread's first entry
-  __device__ explicit ColSums(unsigned char* smem) : buf(reinterpret_cast<float4*>(smem) + threadIdx.x) {}
-  static constexpr int bytes() { return NS * Q * 16 * CTA; }
+  __device__ explicit ColSums(unsigned char* smem)
+      : buf(reinterpret_cast<float4*>(smem) + (threadIdx.x >> 5) * (NS * Q * 32) + (threadIdx.x & 31)) {}
+  static constexpr int bytes(int cta = CTA) { return NS * Q * 16 * cta; }
+  __device__ __forceinline__ float4& entry(int i) const { return buf[i * 32]; }
   __device__ __forceinline__ void zero() const {
 #pragma unroll
-    for (int i = 0; i < NS * Q; ++i) buf[i * CTA] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < NS * Q; ++i) entry(i) = make_float4(0.f, 0.f, 0.f, 0.f);
   }
   __device__ __forceinline__ void load(int s, A (&a)[K][VEC]) const {
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
-      const float4 v = buf[(s * Q + q) * CTA];
+      const float4 v = entry(s * Q + q);
       const float f[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i) a[(4 * q + i) % K][(4 * q + i) / K] = f[i];
@@ -714,7 +716,7 @@ template <class T, int NS, int K, int CTA> struct ColSums {
       float f[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) f[i] = a[(4 * q + i) % K][(4 * q + i) / K];
-      buf[(s * Q + q) * CTA] = make_float4(f[0], f[1], f[2], f[3]);
+      entry(s * Q + q) = make_float4(f[0], f[1], f[2], f[3]);
     }
   }
   // Writes sum k of this thread's columns to row `owner` of the workspace ws [K][owners][N] (16-byte stores).
