@@ -405,12 +405,12 @@ template <class T, int NS, bool FULL> constexpr auto rr_fwd_kernel_for() {
 }
 
 // The 16-bit backward at 2 vectors per thread keeps a thread's dw and db sums in its own shared-memory slots
-// (rr::ColSums, 16 per slot: 2 x 16-byte loads and stores per slot and row) instead of 32 registers: 102 registers
-// instead of 124, with the next row's prefetch kept. H200, bf16 forward+backward, % of copy: [16384, 4096] 78.9 ->
-// 84.7, N = 1024 74.5 -> 77.7, N = 2048 77.7 -> 79.9 (the same 2 CTAs of 256 threads per SM: fewer instructions
-// per element around the sums). Not taken: without the prefetch (84 registers) 73.0, 66.8, 68.2; bound to 80
-// registers (three CTAs per SM) 75.6, 66.5, 67.8 without it, 72.9, 61.1, 62.2 with it (56 bytes spilled).
-// -DMYOPS_LN_BWD_SMEM=0 restores the registers (A/B).
+// (rr::ColSums, 16 per slot: 2 x 16-byte loads and stores per slot and row) instead of 32 registers: 100 registers
+// instead of 124, the next row's prefetch kept. H200, bf16 forward+backward, % of copy, two rounds: [16384, 4096]
+// 78.8 / 78.8 -> 84.8 / 84.9, N = 1024 74.6 / 74.6 -> 80.4 / 80.4, N = 2048 77.8 / 77.5 -> 83.5 / 83.6 (with slots
+// of a 512-thread layout, 64 KB per CTA: 84.7, 77.7, 79.9). Not taken (that layout): without the prefetch (84
+// registers) 73.0, 66.8, 68.2; bound to 80 registers (three CTAs of 256 per SM) 75.6, 66.5, 67.8 without it, 72.9,
+// 61.1, 62.2 with it (56 bytes spilled). -DMYOPS_LN_BWD_SMEM=0 restores the registers (A/B).
 #ifndef MYOPS_LN_BWD_SMEM
 #define MYOPS_LN_BWD_SMEM 1
 #endif
