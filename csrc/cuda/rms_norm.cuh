@@ -223,8 +223,19 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
 // bf16 forward+backward, % of copy, two rounds: [16384, 4096] 85.3 / 85.4 -> 86.0 / 86.0, N = 1024 80.4 / 80.4 ->
 // 81.4 / 81.4, N = 2048 84.1 / 84.2 -> 84.5 / 84.6; add_rms_norm N = 1024 109.0 / 109.1 -> 110.1 / 110.0. (The same
 // in layer_norm's register backward, with its first pass's xh fused, measured 78.6 / 78.8 either way.)
+// rms_norm's 16-bit rows that one CTA of 512 threads holds at 2 vectors per thread take 2 (rr_bwd_geo; the dw sums
+// in shared memory, rr::ColSums, as layer_norm's), else 1 (up to 1024 threads). H200, bf16 forward+backward, % of
+// copy, two rounds, 1 -> 2: [16384, 4096] 86.1 / 86.2 -> 88.3 / 88.1, N = 1024 81.6 / 81.6 -> 82.0 / 82.0, N = 2048
+// 84.5 / 84.6 -> 86.4 / 86.2. add_rms_norm keeps 1 (113.0 -> 106.6, N = 1024 110.2 -> 102.7, N = 2048 113.8 ->
+// 106.4). -DMYOPS_RMS_BWD_NS2=0 keeps 1 for rms_norm too (A/B).
+#ifndef MYOPS_RMS_BWD_NS2
+#define MYOPS_RMS_BWD_NS2 1
+#endif
+template <class T, int NS> constexpr bool kBwdSmem = sizeof(T) == 2 && NS == 2;
+template <class T, int NS> using BwdSums = rr::ColSums<std::conditional_t<sizeof(T) == 8, float, T>, NS, 1, 512>;
+template <class T, int NS> constexpr int bwd_bound() { return kBwdSmem<T, NS> ? 512 : rr::bwd_max_threads<T>(); }
 template <class T, int NS, bool ADD, bool AFF, bool FULL>
-__global__ void __launch_bounds__(rr::bwd_max_threads<T>())
+__global__ void __launch_bounds__(bwd_bound<T, NS>())
 rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                      acc_t<T>* __restrict__ ws,                // [owners, N]
                                                      const T* __restrict__ dy, int64_t dys,    // [M, N]
@@ -242,9 +253,13 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
   const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr;
   rr::Regs<T, NS> wr;  // the weight, loaded once: a thread's columns are the same on every row
   if (hw) wr.template load<FULL>(w, N, l.t, tpr, zero);
-  A dw[NS][VEC];
+  constexpr bool SM = kBwdSmem<T, NS>;
+  extern __shared__ __align__(16) unsigned char sums_smem[];
+  const BwdSums<T, NS> dws(sums_smem);
+  A dw[SM ? 1 : NS][VEC];
+  if (SM && hws) dws.zero();
 #pragma unroll
-  for (int s = 0; s < NS; ++s)
+  for (int s = 0; s < (SM ? 1 : NS); ++s)
 #pragma unroll
     for (int e = 0; e < VEC; ++e) dw[s][e] = A(0);
   // The next row's loads are issued before this row's reduction: with the few CTAs per SM that the per-column
@@ -266,13 +281,18 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
     rs_n = rstd[rc];
     A dot = A(0);
 #pragma unroll
-    for (int s = 0; s < NS; ++s)
+    for (int s = 0; s < NS; ++s) {
+      A acc[1][VEC];
+      if (SM && hws && live) dws.load(s, acc);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gv = g.at(s, e), xv = v.at(s, e);
-        if (hws && live) dw[s][e] += gv * xv * rs;
+        if (SM && hws && live) acc[0][e] += gv * xv * rs;
+        else if (hws && live) dw[SM ? 0 : s][e] += gv * xv * rs;
         dot += (hw ? mul_rn(gv, wr.at(s, e)) : gv) * xv;
       }
+      if (SM && hws && live) dws.store(s, acc);
+    }
     const A k = red(dot, rr::Sum{}, A(0)) * inv_n * rs * rs;
     if (live) {
 #pragma unroll
@@ -298,13 +318,17 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
     v = vn;
   }
   if (!hws) return;
+  if constexpr (SM) {
+    dws.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
+    return;
+  }
   A* out = ws + l.owner() * N;
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
     const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
     if (!FULL && c >= N) break;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) out[c + e] = dw[s][e];
+    for (int e = 0; e < VEC; ++e) out[c + e] = dw[SM ? 0 : s][e];
   }
 }
 
@@ -532,7 +556,8 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
 // Vectors per thread (0: fp64, which always takes the rows.cuh engine). Forward holds x (and the residual); backward
 // holds dy, x, the weight and the dw sums (VEC fp32 per vector), so it stops at 64 bytes of each per thread.
 template <class T, bool ADD> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : ADD ? 4 : 8;
-template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 4 : 1;  // rr::bwd_max_threads
+template <class T, bool ADD = false>
+constexpr int kBwdNs = sizeof(T) == 8 ? 0 : sizeof(T) == 4 ? 4 : ADD ? 1 : 2;  // (16-bit: rr_bwd_geo)
 
 // 256 threads per row (128 before the L2 policy of the loads: H200, [16384, 4096], % of copy, 128 -> 256 threads,
 // two runs each: rms_norm fp32 97.0 -> 97.75, bf16 92.3 -> 93.2, add_rms_norm bf16 96.25 -> 96.8, fp32 99.4 both; 512
@@ -550,10 +575,21 @@ template <class T, bool ADD> rr::Geo rr_fwd_geo(int64_t N) {
                           rr::cluster_cta(sizeof(T) == 2 ? 512 : 256), rr::min_ns_knob(ADD ? 1 : 2),
                           sizeof(T) == 2 && !ADD ? 256 : rr::kCtaThreads);
 }
-template <class T> rr::Geo rr_bwd_geo(int64_t N) {
-  if constexpr (kBwdNs<T> == 0) return {};
-  else if (N < rr::kExactBwdBelow) return {};
-  else return rr::geometry(N, sizeof(T), kBwdNs<T>, rr::bwd_max_threads<T>(), rr::target_tpr_bwd(), rr::kMaxCluster);
+template <class T, bool ADD> rr::Geo rr_bwd_geo(int64_t N) {
+  if constexpr (kBwdNs<T> == 0) {
+    return {};
+  } else {
+    if (N < rr::kExactBwdBelow) return {};
+    if (sizeof(T) == 2 && !ADD && MYOPS_RMS_BWD_NS2) {
+      rr::Geo g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), 1, 0, 2);  // (none past one CTA)
+      if (g.ns == 2) {
+        g.smem = BwdSums<T, 2>::bytes(g.threads);
+        return g;
+      }
+    }
+    return rr::geometry(N, sizeof(T), sizeof(T) == 2 ? 1 : kBwdNs<T>, rr::bwd_max_threads<T>(),
+                        rr::target_tpr_bwd(), rr::kMaxCluster);
+  }
 }
 // rr_bwd_long_kernel's geometry (a cluster of up to 512-thread CTAs, kLongNs vectors per thread, 64 KB of dw slots and
 // 32 KB (16-bit) or 64 KB of weight per CTA), or none; rr::long_bwd says which rows take it.
@@ -605,7 +641,7 @@ template <class T, int NS, bool ADD> auto rr_bwd_kernel_for(bool dw, bool full) 
 // (with dw: the AFF kernel, a weight being present)
 template <class T, bool ADD> int64_t rr_bwd_grid(const rr::Geo& g, int64_t M, bool dw) {
   if (!dw) return rr::cover_grid(g, M);
-  return rr::with_ns<kBwdNs<T>, int64_t>(g.ns, [&](auto ns) -> int64_t {
+  return rr::with_ns<kBwdNs<T, ADD>, int64_t>(g.ns, [&](auto ns) -> int64_t {
     return rr::resident_grid(g, rr_bwd_kernel_for<T, decltype(ns)::value, ADD>(true, g.full), M);
   });
 }
@@ -676,7 +712,7 @@ inline int64_t backward_ws_rows(myops_operand dy, myops_operand s, myops_operand
   int64_t rows_ = 0;
   dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
-    const rr::Geo g = rr_bwd_geo<T>(N), gl = rr_bwd_long_geo<T>(N);
+    const rr::Geo g = add ? rr_bwd_geo<T, true>(N) : rr_bwd_geo<T, false>(N), gl = rr_bwd_long_geo<T>(N);
     const bool ok = rr::operands_ok({dy, s, add ? ds_out : s}, {rr::contiguous_out(N)}, {w}, M, N, sizeof(T));
     if constexpr (sizeof(T) != 8) {
       const rr::Geo gp = add ? rr_bwd_pipe_geo<T, true>(N, g.ns != 0) : rr_bwd_pipe_geo<T, false>(N, g.ns != 0);
@@ -714,7 +750,7 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     const int es = sizeof(T);
-    const rr::Geo g = rr_bwd_geo<T>(N);
+    const rr::Geo g = rr_bwd_geo<T, ADD>(N);
     const myops_operand ds_in = ADD ? ds_out : s;
     if constexpr (sizeof(T) != 8) {
       const bool ok = rr::operands_ok({dy, s, ds_in}, {rr::contiguous_out(N)}, {w}, M, N, es);
@@ -752,7 +788,7 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
       if (ws != nullptr && w == nullptr) return (int)MYOPS_EARG;  // dw without a weight: never asked for
       const int64_t grid = rr_bwd_grid<T, ADD>(g, M, ws != nullptr);
       if (grid < 0) return (int)MYOPS_EARG;
-      return rr::with_ns<kBwdNs<T>>(g.ns, [&](auto ns) -> int {
+      return rr::with_ns<kBwdNs<T, ADD>>(g.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
         const auto kernel = rr_bwd_kernel_for<T, NS, ADD>(ws != nullptr, g.full);
         return rr::launch(g, grid, kernel, static_cast<cudaStream_t>(stream),
