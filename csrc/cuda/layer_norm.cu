@@ -410,7 +410,8 @@ template <class T, int NS, bool FULL> constexpr auto rr_fwd_kernel_for() {
 // 78.8 / 78.8 -> 84.8 / 84.9, N = 1024 74.6 / 74.6 -> 80.4 / 80.4, N = 2048 77.8 / 77.5 -> 83.5 / 83.6 (with slots
 // of a 512-thread layout, 64 KB per CTA: 84.7, 77.7, 79.9). Not taken (that layout): without the prefetch (84
 // registers) 73.0, 66.8, 68.2; bound to 80 registers (three CTAs of 256 per SM) 75.6, 66.5, 67.8 without it, 72.9,
-// 61.1, 62.2 with it (56 bytes spilled). -DMYOPS_LN_BWD_SMEM=0 restores the registers (A/B).
+// 61.1, 62.2 with it (56 bytes spilled); 4 vectors per thread with the sums in shared memory (128 registers, 28
+// bytes spilled): 84.5 -> 80.0, 79.9 -> 68.2, 83.2 -> 76.8. -DMYOPS_LN_BWD_SMEM=0 restores the registers (A/B).
 #ifndef MYOPS_LN_BWD_SMEM
 #define MYOPS_LN_BWD_SMEM 1
 #endif
