@@ -28,6 +28,11 @@ LONG_PARTIAL = (3, 200008)
 # or 96 (rms_norm fp32, add_rms_norm bf16: one CTA of a row whose thread count is not a power of 2); N = 1024 and 2048
 # 4 or 8 vectors per thread in 32-128 threads. Run beside CLUSTER_SHAPES by the row ops' CUDA tests.
 LANE_SHAPES = [(5, 256), (9, 512), (7, 768), (6, 1024), (3, 2048)]
+# Rows enough that the norms' register backward (a persistent grid: about 264-660 CTAs of one or two rows on a
+# 132-SM GPU) takes several per CTA, adding each to the weight-gradient sums it holds (16-bit: in shared memory) before
+# writing them once: N = 4096 (a row per 256-thread CTA), 1024 (two rows per CTA) and 776 (97 vectors: two rows per
+# CTA, the last slots partial).
+MANY_ROWS = [(1200, 4096), (3000, 1024), (2500, 776)]
 
 
 # Rows of 1-4 elements, where a norm's input gradient is what remains after its terms cancel (N = 1 for rms_norm and

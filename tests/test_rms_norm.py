@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, SHORT_ROWS, param, run_case
+from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, param, run_case
 
 OP = torch.ops.myops.rms_norm.default
 
@@ -60,7 +60,7 @@ def test_short_rows(device):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("shape", CLUSTER_SHAPES + LANE_SHAPES)
+@pytest.mark.parametrize("shape", CLUSTER_SHAPES + LANE_SHAPES + MANY_ROWS)
 def test_cluster_rows(dtype, shape):
     x = make_tensor(shape, dtype, "cuda", seed=shape[-1])
     w = make_tensor(shape[-1:], dtype, "cuda", seed=1)
