@@ -122,9 +122,11 @@ template <class T, int NS> constexpr int norm_fwd_min_ctas() {
 // Threads per CTA a single-row-buffer kernel allows: 1024 caps registers at 64, which holds 8 fp32 vectors but
 // spilled 8 vectors of a 16-bit type (their conversions need more), so those stop at 512.
 template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 512; }
-// Threads per CTA of the norms' backward kernels: 16-bit types hold one vector per thread (NS = 1) so that 64
-// registers suffice and 1024 threads fit (at NS = 2 they took 94 registers: two 256-thread CTAs per SM, 25%
-// occupancy, 51% of DRAM bandwidth in Nsight Compute); fp32 keeps NS up to 4 and 512 threads.
+// Threads per CTA of the norms' backward kernels: 16-bit types at one vector per thread (NS = 1) fit 64 registers
+// and 1024 threads (at NS = 2 with the weight-gradient sums in registers they took 94: two 256-thread CTAs per SM,
+// 25% occupancy, 51% of DRAM bandwidth in Nsight Compute); fp32 keeps NS up to 4 and 512 threads. layer_norm's and
+// rms_norm's 16-bit rows that one 512-thread CTA holds take NS = 2 with those sums in shared memory (rr::ColSums;
+// their rr_bwd_geo), bound to 512 threads.
 template <class T> constexpr int bwd_max_threads() { return sizeof(T) == 2 ? 1024 : 512; }
 
 // Backward rows shorter than this take the rows.cuh engine, which recomputes the row statistics in fp64: the register
