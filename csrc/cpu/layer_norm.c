@@ -1,11 +1,50 @@
-/* layer_norm on the CPU, rows [M, N], fp64 math; formulas in csrc/cuda/layer_norm.cu. w, b null when absent;
+/* layer_norm on the CPU, rows [M, N]: fp64 math for fp64 rows and the backward, fp32 elementwise with fp64-added sums
+ * for the forward of the others; formulas in csrc/cuda/layer_norm.cu. w, b null when absent;
  * ws null, or [2][N] fp64 receiving this call's rows' dw and db contributions (added to what it holds). */
 #include "rows.h"
+
+/* Rows stored in fp32 or narrower: elementwise in fp32 (sixteen lanes a vector; the fp64 form took 1.5-1.6x eager's
+ * time), the row's sums in fp32 blocks added in fp64 (rows.h). */
+MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
+                                        const void* b, int64_t M, int64_t N, double eps, int dtype, int64_t es) {
+  const int64_t n1 = N > 0 ? N : 1;
+  float* v = (float*)malloc((size_t)n1 * 3 * sizeof(float));
+  if (v == NULL) return MYOPS_EARG;
+  float *wf = v + n1, *bf = v + 2 * n1;  /* weight, bias as fp32 */
+  if (w) myops_load_f32(dtype, w, 1, N, wf);
+  if (b) myops_load_f32(dtype, b, 1, N, bf);
+  for (int64_t r = 0; r < M; ++r) {
+    myops_load_f32(dtype, myops_row(&x, r, es), x.col_stride, N, v);
+    /* Corrected two-pass moments: a first estimate of the mean from the deviations from the row's first element,
+     * then the deviations d from that estimate c, whose sum corrects it (mean = c + sum(d) / N) and whose squares
+     * give the variance (sum(d^2) - sum(d)^2 / N, no cancellation to speak of with c near the mean). The mean is
+     * kept as two floats (hi + lo) for the output: x - hi is exact for x near the mean (Sterbenz), so x - mean
+     * keeps the fp64 mean's accuracy where hi alone put up to half an ulp of |mean| into every element. */
+    const float k = N > 0 ? v[0] : 0.f;
+    const float c = (float)((double)k + myops_sum_devf_blocked(v, N, k) / (double)N);
+    double s1, s2;
+    myops_dev_moments_f(v, N, c, &s1, &s2);
+    const double mud = (double)c + s1 / (double)N, var = (s2 - s1 * s1 / (double)N) / (double)N;
+    const float hi = (float)mud, lo = (float)(mud - (double)hi);
+    const double rsd = 1.0 / sqrt((var < 0 ? 0 : var) + eps);  /* (NaN passes) */
+    const float rs = (float)rsd;
+    myops_st_stat(dtype, mean, r, mud);
+    myops_st_stat(dtype, rstd, r, rsd);
+    if (w && b) for (int64_t i = 0; i < N; ++i) v[i] = ((v[i] - hi) - lo) * rs * wf[i] + bf[i];
+    else if (w) for (int64_t i = 0; i < N; ++i) v[i] = ((v[i] - hi) - lo) * rs * wf[i];
+    else if (b) for (int64_t i = 0; i < N; ++i) v[i] = ((v[i] - hi) - lo) * rs + bf[i];
+    else for (int64_t i = 0; i < N; ++i) v[i] = ((v[i] - hi) - lo) * rs;
+    myops_store_f32(dtype, myops_out_row(&y, r, es), y.col_stride, N, v);
+  }
+  free(v);
+  return MYOPS_OK;
+}
 
 MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rstd, myops_operand x,
                                        const void* w, const void* b, int64_t M, int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  if (dtype != MYOPS_F64) return layer_norm_f32(y, mean, rstd, x, w, b, M, N, eps, dtype, es);
   const int64_t n1 = N > 0 ? N : 1;
   double* v = (double*)malloc((size_t)n1 * 3 * sizeof(double));
   if (v == NULL) return MYOPS_EARG;

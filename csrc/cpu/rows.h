@@ -109,6 +109,71 @@ static inline double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
   return myops_sum8_result_;
 }
 
+/* Sums of fp32 terms at fp32 vector width: 32 running fp32 sums over blocks of 1024 elements (a fixed-order tree
+ * at each block's end), each block's total added in fp64, so that fp32 rounding stays inside a block (at most 32
+ * terms per running sum) while the adds run 16 lanes a vector instead of fp64's 8. The order is fixed, so the
+ * result does not depend on the vector width. */
+#define MYOPS_SUMF_BLOCKED(n, term)                                                       \
+  do {                                                                                   \
+    double tot_ = 0;                                                                     \
+    for (int64_t b_ = 0; b_ < (n); b_ += 1024) {                                         \
+      const int64_t e_ = b_ + 1024 < (n) ? b_ + 1024 : (n);                              \
+      float acc_[32];                                                                    \
+      for (int j_ = 0; j_ < 32; ++j_) acc_[j_] = 0.f;                                    \
+      int64_t i = b_;                                                                    \
+      for (; i + 32 <= e_; i += 32)                                                      \
+        for (int j_ = 0; j_ < 32; ++j_) {                                                \
+          const int64_t k = i + j_;                                                      \
+          acc_[j_] += (term);                                                            \
+        }                                                                                \
+      for (int64_t k = i; k < e_; ++k) acc_[k - i] += (term);                            \
+      for (int s_ = 16; s_ > 0; s_ >>= 1)                                                \
+        for (int j_ = 0; j_ < s_; ++j_) acc_[j_] += acc_[j_ + s_];                       \
+      tot_ += (double)acc_[0];                                                           \
+    }                                                                                    \
+    myops_sum8_result_ = tot_;                                                           \
+  } while (0)
+
+/* sum of (v - c) and of (v - c)^2: with c near the row's values (its first element for the first, its mean for
+ * the second) each fp32 term is small and x - c exact (Sterbenz), so that the blocks' fp32 rounding is relative to
+ * the deviations, not to the row's offset from 0 (an fp32 sum of the values themselves lost the mean's accuracy for
+ * rows far from 0). */
+static inline double myops_sum_devf_blocked(const float* v, int64_t n, float c) {
+  double myops_sum8_result_;
+  MYOPS_SUMF_BLOCKED(n, v[k] - c);
+  return myops_sum8_result_;
+}
+/* Both sums of the deviations d = v - c in one pass, blocked as MYOPS_SUMF_BLOCKED: *s1 = sum(d), *s2 = sum(d^2). */
+static inline void myops_dev_moments_f(const float* v, int64_t n, float c, double* s1, double* s2) {
+  double t1 = 0, t2 = 0;
+  for (int64_t b = 0; b < n; b += 1024) {
+    const int64_t e = b + 1024 < n ? b + 1024 : n;
+    float a1[32], a2[32];
+    for (int j = 0; j < 32; ++j) a1[j] = a2[j] = 0.f;
+    int64_t i = b;
+    for (; i + 32 <= e; i += 32)
+      for (int j = 0; j < 32; ++j) {
+        const float d = v[i + j] - c;
+        a1[j] += d;
+        a2[j] += d * d;
+      }
+    for (int64_t k = i; k < e; ++k) {
+      const float d = v[k] - c;
+      a1[k - i] += d;
+      a2[k - i] += d * d;
+    }
+    for (int h = 16; h > 0; h >>= 1)
+      for (int j = 0; j < h; ++j) {
+        a1[j] += a1[j + h];
+        a2[j] += a2[j + h];
+      }
+    t1 += (double)a1[0];
+    t2 += (double)a2[0];
+  }
+  *s1 = t1;
+  *s2 = t2;
+}
+
 /* max over v[0, n), NaN skipped (-inf for n = 0 or all NaN). The order does not matter for a maximum; the pragma
  * says so (-fopenmp-simd), where GCC would otherwise keep `v > m ? v : m` scalar for NaN's sake. */
 static inline double myops_max(const double* v, int64_t n) {
