@@ -543,7 +543,14 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // memory (rr::ColParam, 32 KB; H200 bf16 forward+backward, % of copy: N = 65536 61.0 -> 65.6, N = 262144 52.1 ->
 // 56.6, where its L2 loads each stalled their slot). fp32 rows (8 vectors of dy and x, 64 registers, no prefetch)
 // read the weight from L2: held in shared memory (64 KB beside the 128 KB of sums) it measured no faster (N = 262144,
-// 60.5 -> 60.3). AFF as rr_bwd_kernel.
+// 60.5 -> 60.3). fp32 rows ask L2 for the first 2 of the next row's 8 slots of dy and x once the current row's
+// reduction is done (rr::BwdRows' L2, cp.async.bulk.prefetch.L2; no registers). Forward+backward at [256, 262144],
+// % of copy, none -> 2 slots: H200 65.6 / 65.5 -> 66.6 / 66.4, H100 74.5 -> 76.2 (1 slot 66.5 / 66.7, 4 66.0 / 66.1,
+// all 8 62.7 / 62.5; all 8 when the row's loads are issued: H100 65.0; rms_norm's long backward lost 0.6-1.7 points
+// on the H200 at 1 or 2 slots and takes none). -DMYOPS_LN_L2_NEXT=0 turns it off (A/B). AFF as rr_bwd_kernel.
+#ifndef MYOPS_LN_L2_NEXT
+#define MYOPS_LN_L2_NEXT 2
+#endif
 constexpr int kLongCta = 512;
 template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
@@ -570,7 +577,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   // one row per cluster, every row live; the statistics are prefetched with the rows (rr::BwdRows)
   int64_t rn = rr::row_or_last(l.first(), M);
   A mu_n = mean[rn], rs_n = rstd[rn];
-  rr::BwdRows<T, NS, PF> rows(dy, dys, x, xs, rn, N, l.t, tpr, zero);
+  rr::BwdRows<T, NS, PF, PF ? 0 : MYOPS_LN_L2_NEXT> rows(dy, dys, x, xs, rn, N, l.t, tpr, zero);
   const rr::Regs<T, NS>&g = rows.g, &v = rows.v;
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rn = rr::row_or_last(r + l.step(), M);
@@ -600,6 +607,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
       if (hws) dwb.store(s, acc);
     }
     const Pair<A> tot = red.generic(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});  // (always a cluster)
+    rows.mid(rn, r + l.step() < M, N, l.t, tpr);
     const A mg = tot.a * inv_n, mgx = tot.b * inv_n, c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
 #pragma unroll
     for (int s = 0; s < NS; ++s) {

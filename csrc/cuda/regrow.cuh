@@ -580,10 +580,29 @@ template <class T, int NS> struct Regs {
   }
 };
 
+// Asks L2 for this CTA's part of a row's slots (cp.async.bulk.prefetch.L2: no registers, nothing to wait for; the
+// row's loads hit L2 when they come). A CTA's threads cover, in each slot, blockDim.x * VEC contiguous columns from
+// (t0 + s tpr) VEC, t0 = its first thread's index in the row: threads 0 .. NS - 1 issue one slot each. (row: 16-byte
+// aligned, N a multiple of VEC, as the loads need.)
+template <class T, int NS>
+__device__ __forceinline__ void prefetch_l2(const T* __restrict__ row, int N, int t0, int tpr) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int s = (int)threadIdx.x;
+  if (s < NS) {
+    const int c = (t0 + s * tpr) * VEC;
+    if (c < N) {
+      const unsigned bytes = (unsigned)(min((int)blockDim.x * VEC, N - c) * (int)sizeof(T));
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row + c), "r"(bytes) : "memory");
+    }
+  }
+}
+
 // dy and x of the rows a long-row backward kernel takes (r = first, first + step, ... < M, one per cluster). With PF
 // the next row's are loaded into gn and vn before the current row's passes (a row past M reads row M - 1,
-// row_or_last), so that HBM stays busy through them; without, each row is loaded when its turn comes.
-template <class T, int NS, bool PF> struct BwdRows {
+// row_or_last), so that HBM stays busy through them; without, each row is loaded when its turn comes, and L2 > 0
+// asks L2 for the next row's first L2 slots (prefetch_l2) once the current row's reduction is done (mid), where a
+// kernel's registers hold no second row.
+template <class T, int NS, bool PF, int L2 = 0> struct BwdRows {
   Regs<T, NS> g, v;    // the current row's dy and x
   Regs<T, NS> gn, vn;  // (PF) the next row's
   const T* __restrict__ dy;
@@ -601,8 +620,20 @@ template <class T, int NS, bool PF> struct BwdRows {
   }
   // At the top of row r's iteration (next: the row after it, or M - 1): g and v hold row r once it returns.
   __device__ __forceinline__ void begin(int64_t r, int64_t next, int N, int t, int tpr, T zero) {
-    if constexpr (PF) load(gn, vn, next, N, t, tpr, zero);
-    else load(g, v, r, N, t, tpr, zero);
+    if constexpr (PF) {
+      load(gn, vn, next, N, t, tpr, zero);
+    } else {
+      load(g, v, r, N, t, tpr, zero);
+    }
+  }
+  // After the current row's reduction (more: whether `next` is a row after it): L2 > 0 prefetches the next row's
+  // first L2 slots into L2.
+  __device__ __forceinline__ void mid(int64_t next, bool more, int N, int t, int tpr) {
+    if (L2 > 0 && more) {
+      const int t0 = t - (int)threadIdx.x;
+      prefetch_l2<T, (L2 < NS ? L2 : NS)>(dy + next * dys, N, t0, tpr);
+      prefetch_l2<T, (L2 < NS ? L2 : NS)>(x + next * xs, N, t0, tpr);
+    }
   }
   __device__ __forceinline__ void end() {
     if constexpr (PF) {
