@@ -620,11 +620,8 @@ template <class T, int NS, bool PF, int L2 = 0> struct BwdRows {
   }
   // At the top of row r's iteration (next: the row after it, or M - 1): g and v hold row r once it returns.
   __device__ __forceinline__ void begin(int64_t r, int64_t next, int N, int t, int tpr, T zero) {
-    if constexpr (PF) {
-      load(gn, vn, next, N, t, tpr, zero);
-    } else {
-      load(g, v, r, N, t, tpr, zero);
-    }
+    if constexpr (PF) load(gn, vn, next, N, t, tpr, zero);
+    else load(g, v, r, N, t, tpr, zero);
   }
   // After the current row's reduction (more: whether `next` is a row after it): L2 > 0 prefetches the next row's
   // first L2 slots into L2.
