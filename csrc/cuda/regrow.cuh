@@ -580,15 +580,15 @@ template <class T, int NS> struct Regs {
   }
 };
 
-// Asks L2 for this CTA's part of a row's slots (cp.async.bulk.prefetch.L2: no registers, nothing to wait for; the
-// row's loads hit L2 when they come). A CTA's threads cover, in each slot, blockDim.x * VEC contiguous columns from
-// (t0 + s tpr) VEC, t0 = its first thread's index in the row: threads 0 .. NS - 1 issue one slot each. (row: 16-byte
-// aligned, N a multiple of VEC, as the loads need.)
-template <class T, int NS>
+// Asks L2 for this CTA's part of a row's first K slots (cp.async.bulk.prefetch.L2: no registers, nothing to wait
+// for; the row's loads hit L2 when they come). A CTA's threads cover, in each slot, blockDim.x * VEC contiguous
+// columns from (t0 + s tpr) VEC, t0 = its first thread's index in the row: threads 0 .. K - 1 issue one slot each.
+// (row: 16-byte aligned, N a multiple of VEC, as the loads need.)
+template <class T, int K>
 __device__ __forceinline__ void prefetch_l2(const T* __restrict__ row, int N, int t0, int tpr) {
   constexpr int VEC = 16 / sizeof(T);
   const int s = (int)threadIdx.x;
-  if (s < NS) {
+  if (s < K) {
     const int c = (t0 + s * tpr) * VEC;
     if (c < N) {
       const unsigned bytes = (unsigned)(min((int)blockDim.x * VEC, N - c) * (int)sizeof(T));
