@@ -24,15 +24,20 @@ LONG_PARTIAL = (3, 200008)
 # Contiguous rows for each arrangement of a CTA's row groups on the register path's forward (rr::Lane; the ops' minimum
 # vectors per thread, rr::geometry's min_ns, decide it): N = 256 takes 8-64 threads per row (16 to 2 rows per CTA:
 # layer_norm bf16 and softmax 8, layer_norm fp32 and rms_norm bf16 16, rms_norm fp32 32, add_rms_norm fp32 64), N = 512
-# 16-128, N = 768 32 threads with 24 busy (layer_norm bf16, softmax), 64 with 48 busy (two rows, the last slots empty)
-# or 96 (rms_norm fp32, add_rms_norm bf16: one CTA of a row whose thread count is not a power of 2); N = 1024 and 2048
-# 4 or 8 vectors per thread in 32-128 threads. Run beside CLUSTER_SHAPES by the row ops' CUDA tests.
+# 16-128, N = 768 32 threads with 24 busy (softmax; the 16-bit norms' warp-row kernel, WARP_ROWS) or 96 (rms_norm
+# fp32, add_rms_norm bf16: one CTA of a row whose thread count is not a power of 2); N = 1024 and 2048 4 or 8 vectors
+# per thread in 32-128 threads. Run beside CLUSTER_SHAPES by the row ops' CUDA tests.
 LANE_SHAPES = [(5, 256), (9, 512), (7, 768), (6, 1024), (3, 2048)]
 # Rows enough that the norms' register backward (a persistent grid: about 264-660 CTAs of one or two rows on a
 # 132-SM GPU) takes several per CTA, adding each to the weight-gradient sums it holds (16-bit: in shared memory) before
 # writing them once: N = 4096 (a row per 256-thread CTA), 1024 (two rows per CTA) and 776 (97 vectors: two rows per
 # CTA, the last slots partial).
 MANY_ROWS = [(1200, 4096), (3000, 1024), (2500, 776)]
+# Rows of the norms' 16-bit warp-row forward (rr::warp_row_geo: one warp per row, N of 513-1024 for layer_norm,
+# 513-2048 for rms_norm): every vectors-per-thread it instantiates full (768: 3, 1024: 4, 1280: 5, 1536: 6, 2048: 8)
+# and partial (776: 97 vectors at 4, 520: 65 at 4, most threads' last slots empty; 1600: 200 at 8), one row, and last
+# CTAs with fewer rows than warps. The norms' CUDA tests run them contiguous and with padded rows (padded_rows).
+WARP_ROWS = [(11, 1024), (9, 776), (5, 520), (1, 1016), (7, 768), (3, 1280), (4, 1536), (5, 2048), (3, 1600)]
 
 
 # Rows of 1-4 elements, where a norm's input gradient is what remains after its terms cancel (N = 1 for rms_norm and
@@ -55,6 +60,12 @@ def run_case(fn, eager_fn, ref_fn, inputs, grad=True, grad_inputs=None, tol_chec
         ref = (ref_fn or eager_fn)(*ins64)
         ref = ref if isinstance(ref, torch.Tensor) else ref[0]
         check_close(out, ref, out.dtype, scale=scale_fn(*ins64) if scale_fn else None)
+
+
+def padded_rows(shape, dtype, device, seed, pad=24):
+    """randn rows of shape[-1] elements at a row stride of shape[-1] + pad: rows that stay 16-byte aligned for
+    16-bit types when both are multiples of 8 (make_tensor's row_strided pads by 5, which the vector kernels refuse)."""
+    return make_tensor(tuple(shape[:-1]) + (shape[-1] + pad,), dtype, device, seed=seed)[..., : shape[-1]]
 
 
 def param(shape, dtype, device, present, seed):

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, param, run_case
+from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, WARP_ROWS, param,
+                    padded_rows, run_case)
 
 OP = torch.ops.myops.layer_norm.default
 
@@ -89,6 +90,21 @@ def test_cluster_rows(dtype, shape):
     w = make_tensor(shape[-1:], dtype, "cuda", seed=1)
     b = make_tensor(shape[-1:], dtype, "cuda", seed=2)
     run_case(ops.layer_norm, eager, None, [x, w, b], scale_fn=scale)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", WARP_ROWS)
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("has_w,has_b", [(True, True), (True, False), (False, True), (False, False)])
+def test_warp_rows(dtype, shape, padded, has_w, has_b):
+    seed = shape[-1] + 3 * padded
+    x = (padded_rows(shape, dtype, "cuda", seed) if padded else make_tensor(shape, dtype, "cuda", seed=seed)) + 3
+    params = [p for p in (param(shape, dtype, "cuda", has_w, 1), param(shape, dtype, "cuda", has_b, 2))
+              if p is not None]
+    wrap = call(has_w, has_b)
+    run_case(wrap(ops.layer_norm), wrap(eager), None, [x] + params,
+             scale_fn=lambda *t: scale(*t, has_w=has_w, has_b=has_b))
 
 
 @pytest.mark.cuda

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, param, run_case
+from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, WARP_ROWS, param,
+                    padded_rows, run_case)
 
 OP = torch.ops.myops.rms_norm.default
 
@@ -65,6 +66,18 @@ def test_cluster_rows(dtype, shape):
     x = make_tensor(shape, dtype, "cuda", seed=shape[-1])
     w = make_tensor(shape[-1:], dtype, "cuda", seed=1)
     run_case(ops.rms_norm, eager, ref, [x, w])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", WARP_ROWS)
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("has_w", [True, False])
+def test_warp_rows(dtype, shape, padded, has_w):
+    seed = shape[-1] + 3 * padded
+    x = padded_rows(shape, dtype, "cuda", seed) if padded else make_tensor(shape, dtype, "cuda", seed=seed)
+    w = param(shape, dtype, "cuda", has_w, 1)
+    run_case(ops.rms_norm, eager, ref, [x] if w is None else [x, w])
 
 
 @pytest.mark.cuda

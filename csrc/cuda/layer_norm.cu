@@ -230,8 +230,8 @@ __device__ __forceinline__ Pair<float> moments_about(const rr::Regs<T, NS>& v, f
 #define MYOPS_LN_TSHIFT 1
 #endif
 template <class T, int NS> constexpr bool kTShift = MYOPS_LN_TSHIFT && sizeof(T) == 2 && NS <= 4;  // (8: as Chains)
-template <class T, int NS, bool FULL>
-__device__ __forceinline__ Pair<float> rr_stats_tshift(const rr::Regs<T, NS>& v, rr::RowReduce& red, int t, int tpr,
+template <class T, int NS, bool FULL, class R>
+__device__ __forceinline__ Pair<float> rr_stats_tshift(const rr::Regs<T, NS>& v, R& red, int t, int tpr,
                                                        int N, float n_t, float inv_nt, float inv_n, float eps,
                                                        float& first_pass) {
   const float k = v.at(0, 0);  // (a thread past the row: the zero fill, with n_t = 0)
@@ -314,6 +314,31 @@ __device__ __forceinline__ void rr_affine(acc_t<T> (&a)[VEC], acc_t<T> mu, acc_t
   for (int e = 0; e < VEC; ++e) {  // (one fma for weight and bias: the compiler kept a multiply and an add)
     const A xh = kFused<T> ? fmaf(a[e], rs, nmr) : (a[e] - mu) * rs;
     a[e] = hw && hb ? fmaf(xh, wv[e], bv[e]) : hw ? xh * wv[e] : hb ? xh + bv[e] : xh;
+  }
+}
+// A row's output from its registers (the warp-row kernel): y = xh w + b, xh = (x - mu) rs (kFused: fma(x, rs, nmr),
+// nmr = -mu rs), the weight and bias where present. rr_fwd keeps its own copy of the loop: called from there, this
+// function took rr_fwd_kernel<bf16, 4, full> from 61 to 100 registers.
+template <class T, int NS, bool FULL>
+__device__ __forceinline__ void rr_out_row(const rr::Regs<T, NS>& v, T* y,  // [N]: this row
+                                           const T* w, const T* b,     // [N] or null
+                                           acc_t<T> mu, acc_t<T> rs, acc_t<T> nmr, int t, int tpr, int N) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    const int c = rr::Regs<T, NS>::col(s, t, tpr);
+    if (!FULL && c >= N) break;
+    A a[VEC], wv[VEC], bv[VEC];
+    v.fresh(s, a);
+    if (w) rr::load_param(w, c, wv);
+    if (b) rr::load_param(b, c, bv);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {  // (one fma for weight and bias: the compiler kept a multiply and an add)
+      const A xh = kFused<T> ? fmaf(a[e], rs, nmr) : (a[e] - mu) * rs;
+      a[e] = w && b ? fmaf(xh, wv[e], bv[e]) : w ? xh * wv[e] : b ? xh + bv[e] : xh;
+    }
+    rr::store(y, c, a);
   }
 }
 template <class T, int NS, bool FULL>
@@ -402,6 +427,39 @@ __global__ void __launch_bounds__(512, 2) rr_fwd_kernel_f32(float* y, int64_t ys
 template <class T, int NS, bool FULL> constexpr auto rr_fwd_kernel_for() {
   if constexpr (sizeof(T) == 4) return rr_fwd_kernel_f32<NS, FULL>;
   else return rr_fwd_kernel<T, NS, FULL>;
+}
+// 16-bit rows of one warp (rr::warp_row_geo): rr_fwd's statistics (one pass of per-thread shifted sums) and output,
+// one row per warp, the threads per row known at compile time. At 5 and 6 vectors per thread ptxas takes 106-107
+// registers (rms_norm's kernel: 40-50); at 5 it still ran far ahead of the register kernel's rows of two warps, their
+// last slots partly empty (H200, bf16 forward, % of copy, two rounds: N = 1280 66.4 / 66.8 -> 84.1 / 84.2, N = 1600
+// at 8 vectors 70.6 / 70.5 -> 89.0 / 88.9).
+template <class T, int NS, bool FULL>
+__global__ void __launch_bounds__(512) wr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                     float* __restrict__ mean,             // [M]
+                                                     float* __restrict__ rstd,             // [M]
+                                                     const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                     const T* __restrict__ w,              // [N] or null
+                                                     const T* __restrict__ b,              // [N] or null
+                                                     int64_t M, int N, float inv_n, float eps, bool last) {
+  constexpr int VEC = 16 / sizeof(T);
+  const rr::WarpRow wr;
+  rr::Regs<T, NS> v;
+  if (!wr.load<FULL>(v, x, xs, M, N, last)) return;
+  const int t = wr.t;
+  const int64_t r = wr.r;
+  int slots = NS;
+  if (!FULL)
+    while (slots > 0 && rr::Regs<T, NS>::col(slots - 1, t, 32) >= N) --slots;
+  const float n_t = float(slots * VEC), inv_nt = slots ? 1.f / n_t : 0.f;
+  rr::WarpReduce red;
+  float sum;
+  const Pair<float> ms = rr_stats_tshift<T, NS, FULL>(v, red, t, 32, N, n_t, inv_nt, inv_n, eps, sum);
+  const float mu = ms.a, rs = ms.b;
+  if (t == 0) {
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+  rr_out_row<T, NS, FULL>(v, y + r * ys, w, b, mu, rs, -mu * rs, t, 32, N);
 }
 
 // The 16-bit backward at 2 vectors per thread keeps a thread's dw and db sums in its own shared-memory slots
@@ -895,6 +953,17 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
                             x.row_stride, static_cast<const T*>(w), static_cast<const T*>(b), M, (int)N,
                             (acc_t<T>)(1.0 / N), (acc_t<T>)eps, gl.tpr, rr::l2_last(M * N * es));
       }
+    }
+    if constexpr (es == 2) {
+      const rr::Geo gw = rr::warp_row_geo(N, es, 128, rr_geo<kFwdNs<T>>(N, es).full);
+      if (gw.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es))
+        return rr::with_warp_ns<true>(gw, [&](auto ns, auto full) {
+          return rr::launch(gw, rr::cover_grid(gw, M), wr_fwd_kernel<T, decltype(ns)::value, decltype(full)::value>,
+                            static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
+                            static_cast<float*>(mean), static_cast<float*>(rstd), static_cast<const T*>(x.ptr),
+                            x.row_stride, static_cast<const T*>(w), static_cast<const T*>(b), M, (int)N,
+                            (float)(1.0 / N), (float)eps, rr::l2_last(M * N * es));
+        });
     }
     const rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es);
     if (g0.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {

@@ -1102,6 +1102,91 @@ struct RowReduce {
   }
 };
 
+// A row that one whole warp holds (warp-row kernels): the same reduction as RowReduce's at tpr = 32, with nothing
+// known only at run time.
+struct WarpReduce {
+  template <class V, class Op> __device__ __forceinline__ V operator()(V v, Op op, V) const {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = op(v, shfl_xor(v, o));
+    return v;
+  }
+};
+
+// A warp-row kernel's lane t and row r (one per warp).
+struct WarpRow {
+  int t;
+  int64_t r;
+  __device__ WarpRow() : t((int)threadIdx.x & 31), r((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) {}
+  // Loads this thread's slots of row r of x ([M, N], row stride xs) under the L2 policy `last` (l2_hint); false for
+  // a warp past M, which then returns whole (no barrier follows).
+  template <bool FULL, class T, int NS>
+  __device__ __forceinline__ bool load(Regs<T, NS>& v, const T* __restrict__ x, int64_t xs, int64_t M, int N,
+                                       bool last) const {
+    if (r >= M) return false;
+    v.template load<FULL>(x + r * xs, N, t, 32, from_acc<T>(0.f), l2_hint(last));
+    return true;
+  }
+};
+
+// Warp-row forward kernels: 16-bit rows of 513-2048 elements, one row per warp and CTAs of several warps, their
+// geometry known at compile time: no row loop, no shared memory or barrier, loads and stores at immediate offsets
+// from one row address. The register kernel keeps the threads per row in a register (its prologue and per-row address
+// work were about 230 of layer_norm's 565 instructions per row at N = 1024, Nsight Compute, H200), and where a row
+// leaves the last of its 4 slots per thread empty (N = 768, 1536) or spans warps whose last slots are partly empty
+// (1280, 1600) each warp's fixed work is spread over fewer elements (layer_norm bf16, warp instructions per warp and
+// row, Nsight Compute, H200: N = 1536 650 for 24 elements per thread, N = 3072 629 for 32). Forward, bf16, % of copy,
+// register -> warp-row kernel (H200: two rounds at N = 768, 1024 and 1280 for rms_norm, one else):
+//
+//   |            | H200 layer_norm     | H200 rms_norm       | H100 layer_norm | H100 rms_norm |
+//   | N = 768    | 78.8 / 78.9 -> 92.3 | 84.8 / 84.7 -> 93.2 | 94.3 -> 94.4    | 95.0 -> 96.0  |
+//   | N = 1024   | 91.4 / 91.3 -> 91.7 | 92.8 / 92.8 -> 93.1 | 94.1 -> 94.2    | 94.7 -> 96.0  |
+//   | N = 1280   | 66.6 -> 84.2        | 90.6 / 90.3 -> 93.3 | 86.7 -> 95.3    | 94.4 -> 96.2  |
+//   | N = 1536   | 72.3 -> 87.7        | (register kernel)   | 92.2 -> 94.1    |               |
+//   | N = 1600   | 70.6 -> 88.6        | 86.1 -> 89.6        | 90.8 -> 93.2    | 94.6 -> 93.3  |
+//
+inline int warp_rows_cta(int kernel_choice) {
+  static const int v =
+      env_knob("MYOPS_WARP_ROWS", -1, [](int n) { return n == 0 || n == 64 || n == 128 || n == 256 || n == 512; });
+  return v < 0 ? kernel_choice : v;
+}
+// The warp-row geometry for a row of N elements of elem bytes, or none (ns = 0): 16-bit rows of 65-256 vectors (N of
+// 513-2048), ns vectors per thread: 3, 5 or 6 where that many fill every thread's slots (N = 768, 1280, 1536), else
+// 4 or 8 (the last slots empty where the row is shorter). None where the op's register kernel holds the row in full
+// slots and a warp would need more than 4 vectors per thread (reg_full: rms_norm N = 1536 and 2048, layer_norm 2048):
+// H200, rms_norm bf16 forward, % of copy, register -> warp-row kernel, N = 1536 92.6 / 92.6 -> 92.1 / 92.3, N = 2048
+// 92.8 / 92.9 -> 91.5 / 91.7. None if MYOPS_ROW_STAGE=2 asks every row staged.
+inline Geo warp_row_geo(int64_t N, int elem, int kernel_cta, bool reg_full) {
+  Geo g;
+  const int vec = 16 / elem, cta = warp_rows_cta(kernel_cta);
+  if (elem != 2 || cta == 0 || stage_mode() == 2 || N % vec != 0) return g;
+  const int64_t nvec = N / vec;
+  if (nvec <= 64 || nvec > 256) return g;
+  int ns = (int)ceil_div(nvec, (int64_t)32);
+  if (ns > 4 && reg_full) return g;
+  if (nvec != 32 * ns || !(ns == 3 || ns == 5 || ns == 6)) ns = ns <= 4 ? 4 : 8;
+  if (ns == 8 && nvec == 256) return g;  // (a full register row: reg_full)
+  g.ns = ns;
+  g.tpr = 32;
+  g.rows = cta / 32;
+  g.threads = cta;
+  g.full = nvec == 32 * ns;
+  return g;
+}
+// f(std::integral_constant<int, NS>{}, std::bool_constant<FULL>{}) for a warp-row geometry (the kernels
+// instantiated: 3, 4, 5 and, with Six, 6 vectors per thread full, 4 and 8 partial; an op whose register kernel holds
+// 192-vector rows in full, so that warp_row_geo gives 6 only under the geometry's tuning knobs, passes Six = false
+// and takes its register kernel for 6).
+template <bool Six, class R = int, class F> R with_warp_ns(const Geo& g, F&& f) {
+  using std::integral_constant, std::true_type, std::false_type;
+  switch (g.ns) {
+    case 3: return f(integral_constant<int, 3>{}, true_type{});
+    case 4: return g.full ? f(integral_constant<int, 4>{}, true_type{}) : f(integral_constant<int, 4>{}, false_type{});
+    case 5: return f(integral_constant<int, 5>{}, true_type{});
+    case 6: if constexpr (Six) return f(integral_constant<int, 6>{}, true_type{}); else return R(MYOPS_EARG);
+    default: return f(integral_constant<int, 8>{}, false_type{});
+  }
+}
+
 inline cudaLaunchConfig_t launch_config(const Geo& g, int64_t grid, cudaStream_t stream, cudaLaunchAttribute* attr) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)grid);

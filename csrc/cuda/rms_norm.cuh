@@ -215,6 +215,41 @@ __global__ void __launch_bounds__(512, rr::norm_fwd_min_ctas<T, NS>())
   }
 }
 
+// 16-bit rows of one warp (rr::warp_row_geo): rr_fwd_kernel's sum and output, one row per warp, the threads per row
+// known at compile time.
+template <class T, int NS, bool FULL>
+__global__ void __launch_bounds__(512) wr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                     float* __restrict__ rstd,             // [M] or null
+                                                     const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                     const T* __restrict__ w,              // [N] or null
+                                                     int64_t M, int N, float inv_n, float eps, bool last) {
+  constexpr int VEC = 16 / sizeof(T);
+  const rr::WarpRow wr;
+  rr::Regs<T, NS> v;
+  if (!wr.load<FULL>(v, x, xs, M, N, last)) return;
+  const int t = wr.t;
+  const int64_t r = wr.r;
+  float ss = 0.f;  // (slots past the row hold 0)
+#pragma unroll
+  for (int s = 0; s < NS; ++s)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) ss += v.at(s, e) * v.at(s, e);
+  const float rs = inv_sqrt(rr::WarpReduce{}(ss, rr::Sum{}, 0.f) * inv_n + eps);
+  if (t == 0 && rstd != nullptr) rstd[r] = rs;
+  T* yr = y + r * ys;
+#pragma unroll
+  for (int s = 0; s < NS; ++s) {
+    const int c = rr::Regs<T, NS>::col(s, t, 32);
+    if (!FULL && c >= N) break;
+    float o[VEC], wv[VEC];
+    v.fresh(s, o);
+    if (w) rr::load_param(w, c, wv);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) o[e] = w ? o[e] * rs * wv[e] : o[e] * rs;
+    rr::store(yr, c, o);
+  }
+}
+
 // ws: [owners, N] dw partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
 // AFF: w and ws are both present (the weight's gradient is wanted), tested at compile time for the reason
 // layer_norm.cu's rr_bwd_kernel gives (the run-time tests kept g * x * rs and the dot product from fusing).
@@ -672,6 +707,17 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
                             res.row_stride, static_cast<const T*>(w), M, (int)N, (acc_t<T>)(1.0 / N),
                             (acc_t<T>)eps, gl.tpr, rr::l2_last((ADD ? 2 : 1) * M * N * es));
       }
+    }
+    if constexpr (!ADD && sizeof(T) == 2) {
+      const rr::Geo gw = rr::warp_row_geo(N, es, 256, rr_fwd_geo<T, false>(N).full);
+      if (gw.ns && gw.ns != 6 && rr::operands_ok({x}, {y}, {w}, M, N, es))  // (6: only under geometry knobs)
+        return rr::with_warp_ns<false>(gw, [&](auto ns, auto full) {
+          return rr::launch(gw, rr::cover_grid(gw, M), wr_fwd_kernel<T, decltype(ns)::value, decltype(full)::value>,
+                            static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
+                            static_cast<float*>(rstd), static_cast<const T*>(x.ptr), x.row_stride,
+                            static_cast<const T*>(w), M, (int)N, (float)(1.0 / N), (float)eps,
+                            rr::l2_last(M * N * es));
+        });
     }
     const rr::Geo g0 = rr_fwd_geo<T, ADD>(N);
     if (g0.ns && rr::operands_ok({x, ADD ? res : x}, {y, ADD ? s_out : y}, {w}, M, N, es)) {
