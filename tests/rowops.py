@@ -33,10 +33,11 @@ LANE_SHAPES = [(5, 256), (9, 512), (7, 768), (6, 1024), (3, 2048)]
 # writing them once: N = 4096 (a row per 256-thread CTA), 1024 (two rows per CTA) and 776 (97 vectors: two rows per
 # CTA, the last slots partial).
 MANY_ROWS = [(1200, 4096), (3000, 1024), (2500, 776)]
-# Rows of the norms' 16-bit warp-row forward (rr::warp_row_geo: one warp per row, N of 513-1024 for layer_norm,
-# 513-2048 for rms_norm): every vectors-per-thread it instantiates full (768: 3, 1024: 4, 1280: 5, 1536: 6, 2048: 8)
-# and partial (776: 97 vectors at 4, 520: 65 at 4, most threads' last slots empty; 1600: 200 at 8), one row, and last
-# CTAs with fewer rows than warps. The norms' CUDA tests run them contiguous and with padded rows (padded_rows).
+# Rows of the 16-bit warp-row forwards (rr::warp_row_geo: one warp per row, N of 513-2048; the norms, softmax and
+# log_softmax): every vectors-per-thread they instantiate full (768: 3, 1024: 4, 1280: 5, 1536: 6) and partial (776:
+# 97 vectors at 4, 520: 65 at 4, most threads' last slots empty; 1600: 200 at 8), 2048 (which the register kernels
+# keep), one row, and last CTAs with fewer rows than warps. Their CUDA tests run them contiguous and with padded rows
+# (padded_rows).
 WARP_ROWS = [(11, 1024), (9, 776), (5, 520), (1, 1016), (7, 768), (3, 1280), (4, 1536), (5, 2048), (3, 1600)]
 
 

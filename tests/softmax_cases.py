@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_gradcheck, check_opcheck,
                     make_tensor, raises, shapes)
-from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, run_case
+from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, WARP_ROWS, padded_rows, run_case
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,16 @@ def test_row_lengths(sm, device, dtype, shape):
 @pytest.mark.parametrize("shape", CLUSTER_SHAPES + LANE_SHAPES + [LONG_PARTIAL])
 def test_cluster_rows(sm, dtype, shape):
     x = make_tensor(shape, dtype, "cuda", seed=shape[-1]) * 8
+    run_case(sm.fn, lambda t: sm.torch_fn(t, -1), None, [x])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", WARP_ROWS)
+@pytest.mark.parametrize("padded", [False, True])
+def test_warp_rows(sm, dtype, shape, padded):
+    seed = shape[-1] + 3 * padded
+    x = (padded_rows(shape, dtype, "cuda", seed) if padded else make_tensor(shape, dtype, "cuda", seed=seed)) * 8
     run_case(sm.fn, lambda t: sm.torch_fn(t, -1), None, [x])
 
 

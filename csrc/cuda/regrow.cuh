@@ -1117,13 +1117,13 @@ struct WarpRow {
   int t;
   int64_t r;
   __device__ WarpRow() : t((int)threadIdx.x & 31), r((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) {}
-  // Loads this thread's slots of row r of x ([M, N], row stride xs) under the L2 policy `last` (l2_hint); false for
-  // a warp past M, which then returns whole (no barrier follows).
+  // Loads this thread's slots of row r of x ([M, N], row stride xs; slots past N read fill) under the L2 policy
+  // `last` (l2_hint); false for a warp past M, which then returns whole (no barrier follows).
   template <bool FULL, class T, int NS>
   __device__ __forceinline__ bool load(Regs<T, NS>& v, const T* __restrict__ x, int64_t xs, int64_t M, int N,
-                                       bool last) const {
+                                       bool last, T fill) const {
     if (r >= M) return false;
-    v.template load<FULL>(x + r * xs, N, t, 32, from_acc<T>(0.f), l2_hint(last));
+    v.template load<FULL>(x + r * xs, N, t, 32, fill, l2_hint(last));
     return true;
   }
 };
@@ -1175,15 +1175,15 @@ inline Geo warp_row_geo(int64_t N, int elem, int kernel_cta, bool reg_full) {
 // f(std::integral_constant<int, NS>{}, std::bool_constant<FULL>{}) for a warp-row geometry (the kernels
 // instantiated: 3, 4, 5 and, with Six, 6 vectors per thread full, 4 and 8 partial; an op whose register kernel holds
 // 192-vector rows in full, so that warp_row_geo gives 6 only under the geometry's tuning knobs, passes Six = false
-// and takes its register kernel for 6).
-template <bool Six, class R = int, class F> R with_warp_ns(const Geo& g, F&& f) {
+// and takes its register kernel for 6; Eight = false likewise for 8).
+template <bool Six, bool Eight = true, class R = int, class F> R with_warp_ns(const Geo& g, F&& f) {
   using std::integral_constant, std::true_type, std::false_type;
   switch (g.ns) {
     case 3: return f(integral_constant<int, 3>{}, true_type{});
     case 4: return g.full ? f(integral_constant<int, 4>{}, true_type{}) : f(integral_constant<int, 4>{}, false_type{});
     case 5: return f(integral_constant<int, 5>{}, true_type{});
     case 6: if constexpr (Six) return f(integral_constant<int, 6>{}, true_type{}); else return R(MYOPS_EARG);
-    default: return f(integral_constant<int, 8>{}, false_type{});
+    default: if constexpr (Eight) return f(integral_constant<int, 8>{}, false_type{}); else return R(MYOPS_EARG);
   }
 }
 

@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(512) wr_fwd_kernel(T* __restrict__ y, int64_t 
   constexpr int VEC = 16 / sizeof(T);
   const rr::WarpRow wr;
   rr::Regs<T, NS> v;
-  if (!wr.load<FULL>(v, x, xs, M, N, last)) return;
+  if (!wr.load<FULL>(v, x, xs, M, N, last, from_acc<T>(0.f))) return;
   const int t = wr.t;
   const int64_t r = wr.r;
   float ss = 0.f;  // (slots past the row hold 0)

@@ -144,12 +144,39 @@ __device__ __forceinline__ void write_row(T* __restrict__ row, int N, int t, int
 #define MYOPS_SM_HOLD 1
 #endif
 template <class T, int NS, bool LOG> constexpr bool kHold = MYOPS_SM_HOLD && sizeof(T) == 2 && NS <= 4 && !LOG;
+// Row r's output from its registers v (slots past N hold -inf), reduced by red (RowReduce, WarpReduce) over the
+// row's tpr threads; live: r < M (a spare row slot of a CTA takes part in the reductions and writes nothing).
+template <class T, int NS, bool LOG, class R>
+__device__ __forceinline__ void rr_fwd_row(const rr::Regs<T, NS>& v, R& red, T* __restrict__ yr, int N, int t, int tpr,
+                                           bool live) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  const A m = red(rr::thread_max(v), rr::Max{}, neg_inf<A>());
+  const A ms = rr::exp_shift(m);
+  if constexpr (kHold<T, NS, LOG>) {
+    A ex[NS][VEC];  // exp(x - ms); slots past N hold -inf: 0
+    A se = A(0);
+#pragma unroll
+    for (int s = 0; s < NS; ++s)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) se += ex[s][e] = exp_of<T>(v.at(s, e) - ms);
+    const A sum = red(se, rr::Sum{}, A(0));
+    if (!live) return;
+    write_row<T, NS, LOG, true>(yr, N, t, tpr, m, sum, [&](int s, A(&a)[VEC]) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[e] = ex[s][e];
+    });
+  } else {
+    const A sum = red(rr::thread_exp_sum<false>(v, ms, N, t, tpr).a, rr::Sum{}, A(0));
+    if (!live) return;
+    write_row<T, NS, LOG>(yr, N, t, tpr, m, sum, [&](int s, A(&a)[VEC]) { v.fresh(s, a); });
+  }
+}
 template <class T, int NS, bool LOG>
 __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                                                       const T* __restrict__ x, int64_t xs,  // [M, N]
                                                       int64_t M, int N, int tpr, int staged, bool last) {
   using A = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::Lane l(tpr);
@@ -160,33 +187,25 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
   st.start(x, xs, l.first() + l.slot, l.step(), M, N, l.t, tpr);
   for (int64_t r0 = l.first(); r0 < M; r0 += l.step()) {
     const int64_t r = r0 + l.slot;
-    const bool live = r < M;
     rr::Regs<T, NS> v;
     if (staged) st.take(v, r, M, N, l.t, tpr, ninf);
     else v.load_row(x, xs, r, M, N, l.t, tpr, ninf, h);
-    const A tm = rr::thread_max(v);
-    st.next(x, xs, r, l.step(), M, N, l.t, tpr, tm);
-    const A m = red(tm, rr::Max{}, neg_inf<A>());
-    const A ms = rr::exp_shift(m);
-    if constexpr (kHold<T, NS, LOG>) {
-      A ex[NS][VEC];  // exp(x - ms); slots past N hold -inf: 0
-      A se = A(0);
-#pragma unroll
-      for (int s = 0; s < NS; ++s)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) se += ex[s][e] = exp_of<T>(v.at(s, e) - ms);
-      const A sum = red(se, rr::Sum{}, A(0));
-      if (!live) continue;
-      write_row<T, NS, LOG, true>(y + r * ys, N, l.t, tpr, m, sum, [&](int s, A(&a)[VEC]) {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) a[e] = ex[s][e];
-      });
-    } else {
-      const A sum = red(rr::thread_exp_sum<false>(v, ms, N, l.t, tpr).a, rr::Sum{}, A(0));
-      if (!live) continue;
-      write_row<T, NS, LOG>(y + r * ys, N, l.t, tpr, m, sum, [&](int s, A(&a)[VEC]) { v.fresh(s, a); });
-    }
+    st.next(x, xs, r, l.step(), M, N, l.t, tpr, rr::thread_max(v));
+    rr_fwd_row<T, NS, LOG>(v, red, y + r * ys, N, l.t, tpr, r < M);
   }
+}
+// 16-bit rows of one warp (rr::warp_row_geo): rr_fwd_kernel's reductions and output, one row per warp, the threads
+// per row known at compile time; held to 64 registers (log_softmax at 8 vectors per thread took 128, and 64 bytes of
+// spills at 64: its rows of 8 keep the register kernel).
+template <class T, int NS, bool LOG, bool FULL>
+__global__ void __launch_bounds__(512, 2) wr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                     const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                     int64_t M, int N, bool last) {
+  const rr::WarpRow wr;
+  rr::Regs<T, NS> v;
+  if (!wr.load<FULL>(v, x, xs, M, N, last, from_acc<T>(neg_inf<acc_t<T>>()))) return;
+  rr::WarpReduce red;
+  rr_fwd_row<T, NS, LOG>(v, red, y + wr.r * ys, N, wr.t, 32, true);
 }
 
 template <class T, int NS, bool LOG>
@@ -370,6 +389,16 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
     const int row_cta = !LOG && es == 2 && warp_row ? 256 : rr::kCtaThreads;  // (see rr_geo)
     rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es, min_ns, es == 4 ? 256 : kFwdCta16, row_cta);
     if (g0.cluster > rr::kMaxCluster) g0 = rr_geo<kFwdNs<T>>(N, es, min_ns);  // (see kFwdCta16)
+    if constexpr (es == 2) {
+      const rr::Geo gw = rr::warp_row_geo(N, es, LOG ? rr::kCtaThreads : 256, g0.full);
+      if (gw.ns && !(LOG && gw.ns == 8) && rr::operands_ok({x}, {y}, {}, M, N, es))  // (log_softmax's 8 spilled)
+        return rr::with_warp_ns<true, !LOG>(gw, [&](auto ns, auto full) {
+          constexpr int NS = decltype(ns)::value;
+          return rr::launch(gw, rr::cover_grid(gw, M), wr_fwd_kernel<T, NS, LOG, decltype(full)::value>,
+                            static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
+                            static_cast<const T*>(x.ptr), x.row_stride, M, (int)N, rr::l2_last(M * N * es));
+        });
+    }
     if (g0.ns && rr::operands_ok({x}, {y}, {}, M, N, es)) {
       if constexpr (sizeof(T) != 8) {
         const rr::Geo gp = g0.cluster > 1 ? pipe_fwd_geo<T>(N) : rr::Geo{};
