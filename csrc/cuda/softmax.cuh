@@ -199,8 +199,8 @@ __global__ void __launch_bounds__(rr::max_threads<T>()) rr_fwd_kernel(T* __restr
 // spills at 64: its rows of 8 keep the register kernel).
 template <class T, int NS, bool LOG, bool FULL>
 __global__ void __launch_bounds__(512, 2) wr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
-                                                     const T* __restrict__ x, int64_t xs,  // [M, N]
-                                                     int64_t M, int N, bool last) {
+                                                        const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                        int64_t M, int N, bool last) {
   const rr::WarpRow wr;
   rr::Regs<T, NS> v;
   if (!wr.load<FULL>(v, x, xs, M, N, last, from_acc<T>(neg_inf<acc_t<T>>()))) return;
