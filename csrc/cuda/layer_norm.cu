@@ -955,9 +955,9 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
       }
     }
     if constexpr (es == 2) {
-      const rr::Geo gw = rr::warp_row_geo(N, es, 128, rr_geo<kFwdNs<T>>(N, es).full);
+      const rr::Geo gw = rr::warp_row_geo<rr::kWarpNs>(N, es, 128, rr_geo<kFwdNs<T>>(N, es).full);
       if (gw.ns && rr::operands_ok({x}, {y}, {w, b}, M, N, es))
-        return rr::with_warp_ns<true>(gw, [&](auto ns, auto full) {
+        return rr::with_warp_ns<rr::kWarpNs>(gw, [&](auto ns, auto full) {
           return rr::launch(gw, rr::cover_grid(gw, M), wr_fwd_kernel<T, decltype(ns)::value, decltype(full)::value>,
                             static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
                             static_cast<float*>(mean), static_cast<float*>(rstd), static_cast<const T*>(x.ptr),

@@ -1149,13 +1149,20 @@ inline int warp_rows_cta(int kernel_choice) {
       env_knob("MYOPS_WARP_ROWS", -1, [](int n) { return n == 0 || n == 64 || n == 128 || n == 256 || n == 512; });
   return v < 0 ? kernel_choice : v;
 }
+// The warp-row kernels an op instantiates, a set of (vectors per thread, full) pairs: warp_ns(ns, full) bits.
+// kWarpNs: all that warp_row_geo can give; an op leaves out those its kernel would not serve well (rms_norm 6, whose
+// register kernel holds such rows in full; log_softmax's 8, which spilled) and their rows take its register kernel.
+constexpr unsigned warp_ns(int ns, bool full) { return 1u << (2 * ns + full); }
+constexpr unsigned kWarpNs = warp_ns(3, true) | warp_ns(4, true) | warp_ns(4, false) | warp_ns(5, true) |
+                             warp_ns(6, true) | warp_ns(8, false);
 // The warp-row geometry for a row of N elements of elem bytes, or none (ns = 0): 16-bit rows of 65-256 vectors (N of
 // 513-2048), ns vectors per thread: 3, 5 or 6 where that many fill every thread's slots (N = 768, 1280, 1536), else
-// 4 or 8 (the last slots empty where the row is shorter). None where the op's register kernel holds the row in full
-// slots and a warp would need more than 4 vectors per thread (reg_full: rms_norm N = 1536 and 2048, layer_norm 2048):
-// H200, rms_norm bf16 forward, % of copy, register -> warp-row kernel, N = 1536 92.6 / 92.6 -> 92.1 / 92.3, N = 2048
-// 92.8 / 92.9 -> 91.5 / 91.7. None if MYOPS_ROW_STAGE=2 asks every row staged.
-inline Geo warp_row_geo(int64_t N, int elem, int kernel_cta, bool reg_full) {
+// 4 or 8 (the last slots empty where the row is shorter; 8 in full rows, N = 2048, is no warp row). None where the
+// op's register kernel holds the row in full slots and a warp would need more than 4 vectors per thread (reg_full;
+// by default only rms_norm's N = 1536): H200, rms_norm bf16 forward, % of copy, register -> warp-row kernel, N = 1536
+// 92.6 / 92.6 -> 92.1 / 92.3, N = 2048 92.8 / 92.9 -> 91.5 / 91.7. None if the op leaves the geometry out of Ns, or
+// if MYOPS_ROW_STAGE=2 asks every row staged.
+template <unsigned Ns> Geo warp_row_geo(int64_t N, int elem, int kernel_cta, bool reg_full) {
   Geo g;
   const int vec = 16 / elem, cta = warp_rows_cta(kernel_cta);
   if (elem != 2 || cta == 0 || stage_mode() == 2 || N % vec != 0) return g;
@@ -1164,27 +1171,31 @@ inline Geo warp_row_geo(int64_t N, int elem, int kernel_cta, bool reg_full) {
   int ns = (int)ceil_div(nvec, (int64_t)32);
   if (ns > 4 && reg_full) return g;
   if (nvec != 32 * ns || !(ns == 3 || ns == 5 || ns == 6)) ns = ns <= 4 ? 4 : 8;
-  if (ns == 8 && nvec == 256) return g;  // (a full register row: reg_full)
+  const bool full = nvec == 32 * ns;
+  if (!(Ns & kWarpNs & warp_ns(ns, full))) return g;
   g.ns = ns;
   g.tpr = 32;
   g.rows = cta / 32;
   g.threads = cta;
-  g.full = nvec == 32 * ns;
+  g.full = full;
   return g;
 }
-// f(std::integral_constant<int, NS>{}, std::bool_constant<FULL>{}) for a warp-row geometry (the kernels
-// instantiated: 3, 4, 5 and, with Six, 6 vectors per thread full, 4 and 8 partial; an op whose register kernel holds
-// 192-vector rows in full, so that warp_row_geo gives 6 only under the geometry's tuning knobs, passes Six = false
-// and takes its register kernel for 6; Eight = false likewise for 8).
-template <bool Six, bool Eight = true, class R = int, class F> R with_warp_ns(const Geo& g, F&& f) {
+// f(std::integral_constant<int, NS>{}, std::bool_constant<FULL>{}) for a warp-row geometry of warp_row_geo<Ns>
+// (instantiated for the pairs in Ns alone).
+template <unsigned Ns, class R = int, class F> R with_warp_ns(const Geo& g, F&& f) {
+  R r = R(MYOPS_EARG);
+  const auto take = [&](auto ns, auto full) {
+    if constexpr ((Ns & warp_ns(decltype(ns)::value, decltype(full)::value)) != 0)
+      if (g.ns == decltype(ns)::value && g.full == decltype(full)::value) r = f(ns, full);
+  };
   using std::integral_constant, std::true_type, std::false_type;
-  switch (g.ns) {
-    case 3: return f(integral_constant<int, 3>{}, true_type{});
-    case 4: return g.full ? f(integral_constant<int, 4>{}, true_type{}) : f(integral_constant<int, 4>{}, false_type{});
-    case 5: return f(integral_constant<int, 5>{}, true_type{});
-    case 6: if constexpr (Six) return f(integral_constant<int, 6>{}, true_type{}); else return R(MYOPS_EARG);
-    default: if constexpr (Eight) return f(integral_constant<int, 8>{}, false_type{}); else return R(MYOPS_EARG);
-  }
+  take(integral_constant<int, 3>{}, true_type{});
+  take(integral_constant<int, 4>{}, true_type{});
+  take(integral_constant<int, 4>{}, false_type{});
+  take(integral_constant<int, 5>{}, true_type{});
+  take(integral_constant<int, 6>{}, true_type{});
+  take(integral_constant<int, 8>{}, false_type{});
+  return r;
 }
 
 inline cudaLaunchConfig_t launch_config(const Geo& g, int64_t grid, cudaStream_t stream, cudaLaunchAttribute* attr) {

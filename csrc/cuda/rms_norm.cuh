@@ -709,9 +709,10 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
       }
     }
     if constexpr (!ADD && sizeof(T) == 2) {
-      const rr::Geo gw = rr::warp_row_geo(N, es, 256, rr_fwd_geo<T, false>(N).full);
-      if (gw.ns && gw.ns != 6 && rr::operands_ok({x}, {y}, {w}, M, N, es))  // (6: only under geometry knobs)
-        return rr::with_warp_ns<false>(gw, [&](auto ns, auto full) {
+      constexpr unsigned kNs = rr::kWarpNs & ~rr::warp_ns(6, true);  // (its register kernel's 192-vector rows are full)
+      const rr::Geo gw = rr::warp_row_geo<kNs>(N, es, 256, rr_fwd_geo<T, false>(N).full);
+      if (gw.ns && rr::operands_ok({x}, {y}, {w}, M, N, es))
+        return rr::with_warp_ns<kNs>(gw, [&](auto ns, auto full) {
           return rr::launch(gw, rr::cover_grid(gw, M), wr_fwd_kernel<T, decltype(ns)::value, decltype(full)::value>,
                             static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
                             static_cast<float*>(rstd), static_cast<const T*>(x.ptr), x.row_stride,

@@ -390,9 +390,10 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
     rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es, min_ns, es == 4 ? 256 : kFwdCta16, row_cta);
     if (g0.cluster > rr::kMaxCluster) g0 = rr_geo<kFwdNs<T>>(N, es, min_ns);  // (see kFwdCta16)
     if constexpr (es == 2) {
-      const rr::Geo gw = rr::warp_row_geo(N, es, LOG ? rr::kCtaThreads : 256, g0.full);
-      if (gw.ns && !(LOG && gw.ns == 8) && rr::operands_ok({x}, {y}, {}, M, N, es))  // (log_softmax's 8 spilled)
-        return rr::with_warp_ns<true, !LOG>(gw, [&](auto ns, auto full) {
+      constexpr unsigned kNs = LOG ? rr::kWarpNs & ~rr::warp_ns(8, false) : rr::kWarpNs;  // (see wr_fwd_kernel)
+      const rr::Geo gw = rr::warp_row_geo<kNs>(N, es, LOG ? rr::kCtaThreads : 256, g0.full);
+      if (gw.ns && rr::operands_ok({x}, {y}, {}, M, N, es))
+        return rr::with_warp_ns<kNs>(gw, [&](auto ns, auto full) {
           constexpr int NS = decltype(ns)::value;
           return rr::launch(gw, rr::cover_grid(gw, M), wr_fwd_kernel<T, NS, LOG, decltype(full)::value>,
                             static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
