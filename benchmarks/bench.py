@@ -98,13 +98,13 @@ def add_rms_norm_eager(x, r, w):
 
 
 def row_cases(op, make_inputs, myops_fn, torch_fn, long_rows=True, ref64=False):
-    """An op at the default shape and, with long_rows, at rows of 768, 1024, 1280, 2048 (common hidden sizes), 65536
-    and 262144 (about the same element count)."""
+    """An op at the default shape and, with long_rows, at rows of 128 (a head's dimension: the norms of query and
+    key heads), 768, 1024, 1280, 2048 (common hidden sizes), 65536 and 262144 (about the same element count)."""
     cases = [Case(op, make_inputs, myops_fn, torch_fn, backward=True, ref64=ref64)]
     if long_rows:
         cases += [Case(op, make_inputs, myops_fn, torch_fn, backward=True, variant=f"N={n}", shape=(m, n),
-                       ref64=ref64) for m, n in ((87040, 768), (65536, 1024), (52416, 1280), (32768, 2048),
-                                                 (1024, 65536), (256, 262144))]
+                       ref64=ref64) for m, n in ((524288, 128), (87040, 768), (65536, 1024), (52416, 1280),
+                                                 (32768, 2048), (1024, 65536), (256, 262144))]
     return cases
 
 

@@ -28,11 +28,12 @@ LONG_PARTIAL = (3, 200008)
 # fp32, add_rms_norm bf16: one CTA of a row whose thread count is not a power of 2); N = 1024 and 2048 4 or 8 vectors
 # per thread in 32-128 threads. Run beside CLUSTER_SHAPES by the row ops' CUDA tests.
 LANE_SHAPES = [(5, 256), (9, 512), (7, 768), (6, 1024), (3, 2048)]
-# Rows enough that the norms' register backward (a persistent grid: about 264-660 CTAs of one or two rows on a
-# 132-SM GPU) takes several per CTA, adding each to the weight-gradient sums it holds (16-bit: in shared memory) before
-# writing them once: N = 4096 (a row per 256-thread CTA), 1024 (two rows per CTA) and 776 (97 vectors: two rows per
-# CTA, the last slots partial).
-MANY_ROWS = [(1200, 4096), (3000, 1024), (2500, 776)]
+# Rows enough that the norms' register backward (a persistent grid of about 132-660 CTAs on a 132-SM GPU) takes
+# several per row slot, adding each to the weight-gradient sums it holds (16-bit: in shared memory) before writing
+# them once; a CTA of several row slots first sums its slots' (rr::ColSums::flush_rows): N = 4096 (a row per
+# 256-thread CTA, 2 in 512 threads), 1024 (8 rows of 64 threads), 776 (97 vectors, the last slots partial), 128 (8-32
+# threads per row, up to 64 rows per CTA) and 264 (33 or 66 vectors: partial slots in rows of 32 or 64 threads).
+MANY_ROWS = [(1200, 4096), (3000, 1024), (2500, 776), (30000, 128), (12000, 264)]
 # Rows of the 16-bit warp-row forwards (rr::warp_row_geo: one warp per row, N of 513-2048; the norms, softmax and
 # log_softmax): every vectors-per-thread they instantiate full (768: 3, 1024: 4, 1280: 5, 1536: 6) and partial (776:
 # 97 vectors at 4, 520: 65 at 4, most threads' last slots empty; 1600: 200 at 8), 2048 (which the register kernels

@@ -573,21 +573,33 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
     v = vn;
   }
   if (!hws) return;
-  if constexpr (SM) {
-    dwb.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
-    return;
-  }
-  const int64_t owners = l.owners(), o = l.owner();
+  if constexpr (!SM) {
+    if (l.rows == 1) {
+      const int64_t owners = l.owners(), o = l.owner();
 #pragma unroll
-  for (int s = 0; s < NS; ++s) {
-    const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-    if (c >= N) break;
+      for (int s = 0; s < NS; ++s) {
+        const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+        if (c >= N) break;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      ws[o * N + c + e] = dw[SM ? 0 : s][e];
-      ws[(owners + o) * N + c + e] = db[SM ? 0 : s][e];
+        for (int e = 0; e < VEC; ++e) {
+          ws[o * N + c + e] = dw[s][e];
+          ws[(owners + o) * N + c + e] = db[s][e];
+        }
+      }
+      return;
+    }
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {  // (rr_bwd_geo gave the CTA shared memory for them)
+      A a[2][VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        a[0][e] = dw[s][e];
+        a[1][e] = db[s][e];
+      }
+      dwb.store(s, a);
     }
   }
+  dwb.flush(sums_smem, ws, l, N);
 }
 
 // Rows too long for rr_bwd_kernel's registers (its per-column sums and the next row's prefetch) that the pipelined
@@ -866,19 +878,25 @@ inline int bwd16_ns() {
   static const int v = rr::env_knob("MYOPS_LN_BWD_NS", 2, [](int n) { return n == 1 || n == 2; });
   return v;
 }
+// The CTA's shared memory for rr_bwd_kernel's dw and db sums: kBwdSmem's slots, or room to combine the row slots'
+// register sums where a CTA holds several rows (ColSums::flush_rows).
+template <class T> rr::Geo with_bwd_sums(rr::Geo g) {
+  if (g.ns && (g.rows > 1 || (g.ns == 2 && kBwdSmem<T, 2>)))
+    g.smem = g.ns * BwdSums<T, 1>::bytes(g.threads);
+  return g;
+}
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if (N < rr::kExactBwdBelow) return {};
   if (sizeof(T) == 2 && bwd16_ns() == 2) {
-    rr::Geo g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), 1, 0, 2);  // (none past one CTA)
-    if (g.ns == 2 && kBwdSmem<T, 2>) g.smem = BwdSums<T, 2>::bytes(g.threads);
-    if (g.ns) return g;
+    const rr::Geo g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), 1, 0, 2);  // (none past one CTA)
+    if (g.ns) return with_bwd_sums<T>(g);
   }
   rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T), true);
   if (sizeof(T) == 4 && !g.ns) {
     g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), rr::kMaxCluster);
     if (g.cluster == 1) g = rr::Geo{};
   }
-  return g;
+  return with_bwd_sums<T>(g);
 }
 // rr_bwd_long_kernel's geometry (a cluster of up to 512-thread CTAs, kLongNs vectors per thread, 128 KB of dw/db slots
 // and, 16-bit, 32 KB of weight per CTA), or none; rr::long_bwd says which rows take it.

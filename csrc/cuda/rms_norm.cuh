@@ -353,18 +353,27 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
     v = vn;
   }
   if (!hws) return;
-  if constexpr (SM) {
-    dws.flush(ws, l.owners(), l.owner(), N, l.t, tpr);
-    return;
-  }
-  A* out = ws + l.owner() * N;
+  if constexpr (!SM) {
+    if (l.rows == 1) {
+      A* out = ws + l.owner() * N;
 #pragma unroll
-  for (int s = 0; s < NS; ++s) {
-    const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-    if (!FULL && c >= N) break;
+      for (int s = 0; s < NS; ++s) {
+        const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+        if (!FULL && c >= N) break;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) out[c + e] = dw[SM ? 0 : s][e];
+        for (int e = 0; e < VEC; ++e) out[c + e] = dw[s][e];
+      }
+      return;
+    }
+#pragma unroll
+    for (int s = 0; s < NS; ++s) {  // (rr_bwd_geo gave the CTA shared memory for them)
+      A a[1][VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[0][e] = dw[s][e];
+      dws.store(s, a);
+    }
   }
+  dws.flush(sums_smem, ws, l, N);
 }
 
 // Rows too long for rr_bwd_kernel's registers (its per-column dw sums and the next row's prefetch) that the pipelined
@@ -622,8 +631,11 @@ template <class T, bool ADD> rr::Geo rr_bwd_geo(int64_t N) {
         return g;
       }
     }
-    return rr::geometry(N, sizeof(T), sizeof(T) == 2 ? 1 : kBwdNs<T>, rr::bwd_max_threads<T>(),
-                        rr::target_tpr_bwd(), rr::kMaxCluster);
+    rr::Geo g = rr::geometry(N, sizeof(T), sizeof(T) == 2 ? 1 : kBwdNs<T>, rr::bwd_max_threads<T>(),
+                             rr::target_tpr_bwd(), rr::kMaxCluster);
+    // CTAs of several rows combine their row slots' dw sums in shared memory (rr::ColSums::flush_rows)
+    if (g.ns && g.rows > 1) g.smem = g.ns * BwdSums<T, 1>::bytes(g.threads);
+    return g;
   }
 }
 // rr_bwd_long_kernel's geometry (a cluster of up to 512-thread CTAs, kLongNs vectors per thread, 64 KB of dw slots and
