@@ -26,6 +26,9 @@ __global__ void __launch_bounds__(kWarps * 32) colsum_kernel(T* __restrict__ out
                                                               const A* __restrict__ ws,   // [K, R, N]
                                                               int64_t R, int64_t N) {
   __shared__ double part[kWarps][32];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // (launched as a programmatic dependent: see below)
+#endif
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = (int64_t)blockIdx.x * 32 + lane;
   const A* __restrict__ src = ws + (int64_t)blockIdx.y * R * N;
@@ -49,6 +52,20 @@ __global__ void __launch_bounds__(kWarps * 32) colsum_kernel(T* __restrict__ out
 }
 }  // namespace
 
+// On Hopper and later colsum is a programmatic dependent launch: it is launched while the backward kernel before it
+// (which writes ws) still runs its last CTAs, and its CTAs wait (griddepcontrol.wait) until that grid has completed
+// and its writes are visible, so the launch's latency overlaps the backward's tail instead of following it.
+// MYOPS_COLSUM_PDL=0 launches it plainly (A/B).
+static bool colsum_pdl() {
+  static const bool on = [] {
+    const char* e = std::getenv("MYOPS_COLSUM_PDL");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
+  int dev = 0, major = 0;
+  return on && cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+}
+
 // out1 null: K = 1. ws in acc_t of dtype (the outputs' dtype).
 extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t R, int64_t N, int dtype,
                                  void* stream) {
@@ -57,9 +74,18 @@ extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t
   return dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
     using A = acc_t<T>;
-    const dim3 grid((unsigned)ceil_div(N, (int64_t)32), out1 ? 2 : 1);
-    colsum_kernel<A, T><<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<T*>(out0), static_cast<T*>(out1), static_cast<const A*>(ws), R, N);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)ceil_div(N, (int64_t)32), out1 ? 2 : 1);
+    cfg.blockDim = dim3(kWarps * 32);
+    cfg.stream = static_cast<cudaStream_t>(stream);
+    cfg.attrs = &attr;
+    cfg.numAttrs = colsum_pdl() ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, colsum_kernel<A, T>, static_cast<T*>(out0), static_cast<T*>(out1),
+                                             static_cast<const A*>(ws), R, N);
+    if (e != cudaSuccess) return (int)e;
     return launch_status();
   });
 }
