@@ -26,9 +26,7 @@ __global__ void __launch_bounds__(kWarps * 32) colsum_kernel(T* __restrict__ out
                                                               const A* __restrict__ ws,   // [K, R, N]
                                                               int64_t R, int64_t N) {
   __shared__ double part[kWarps][32];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // (launched as a programmatic dependent: see below)
-#endif
+  pdl_wait();  // (a programmatic dependent of the backward kernel that writes ws: see below)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t n = (int64_t)blockIdx.x * 32 + lane;
   const A* __restrict__ src = ws + (int64_t)blockIdx.y * R * N;
@@ -52,20 +50,10 @@ __global__ void __launch_bounds__(kWarps * 32) colsum_kernel(T* __restrict__ out
 }
 }  // namespace
 
-// On Hopper and later colsum is a programmatic dependent launch: it is launched while the backward kernel before it
-// (which writes ws) still runs its last CTAs, and its CTAs wait (griddepcontrol.wait) until that grid has completed
-// and its writes are visible, so the launch's latency overlaps the backward's tail instead of following it.
-// MYOPS_COLSUM_PDL=0 launches it plainly (A/B).
-static bool colsum_pdl() {
-  static const bool on = [] {
-    const char* e = std::getenv("MYOPS_COLSUM_PDL");
-    return !(e && e[0] == '0' && e[1] == 0);
-  }();
-  int dev = 0, major = 0;
-  return on && cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-}
-
+// colsum is a programmatic dependent launch (pdl_on(), common.cuh) of the backward kernel before it, which writes ws:
+// its launch overlaps that kernel's tail. H200, bf16 forward+backward, % of copy, plain -> dependent (colsum alone):
+// layer_norm N = 1024 88.3 -> 89.1, [16384, 4096] 86.6 -> 87.2, N = 768 83.7 -> 84.2; rms_norm 90.6 -> 91.3,
+// 90.3 -> 91.0, 83.6 -> 84.1.
 // out1 null: K = 1. ws in acc_t of dtype (the outputs' dtype).
 extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t R, int64_t N, int dtype,
                                  void* stream) {
@@ -82,7 +70,7 @@ extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t
     cfg.blockDim = dim3(kWarps * 32);
     cfg.stream = static_cast<cudaStream_t>(stream);
     cfg.attrs = &attr;
-    cfg.numAttrs = colsum_pdl() ? 1 : 0;
+    cfg.numAttrs = pdl_on() ? 1 : 0;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, colsum_kernel<A, T>, static_cast<T*>(out0), static_cast<T*>(out1),
                                              static_cast<const A*>(ws), R, N);
     if (e != cudaSuccess) return (int)e;

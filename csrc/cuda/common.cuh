@@ -47,6 +47,26 @@ inline int launch_status() { return (int)cudaGetLastError(); }
 
 __host__ __device__ inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Programmatic dependent launches (Hopper and later): a kernel launched so (cudaLaunchAttributeProgrammaticStream-
+// Serialization) may start while the kernel before it on the stream runs its last CTAs, so that its launch latency
+// overlaps that tail; it must call pdl_wait() before it touches global memory, which returns once that kernel has
+// completed and its writes are visible (at once for a kernel launched plainly). pdl_on(): the current device takes
+// them and MYOPS_PDL is not 0 (read once; 0 launches every kernel plainly, for A/B runs).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+inline bool pdl_on() {
+  static const bool on = [] {
+    const char* e = std::getenv("MYOPS_PDL");
+    return !(e && e[0] == '0' && e[1] == 0);
+  }();
+  int dev = 0, major = 0;
+  return on && cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+}
+
 // Multiprocessors of the current device (the caller's device guard selects it); cached per device.
 inline int sm_count() {
   static int count[64] = {0};

@@ -492,6 +492,7 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
                                                      int64_t M, int N, acc_t<T> inv_n, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
+  pdl_wait();  // (launched as a programmatic dependent: rr::launch_dependent)
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
@@ -1088,7 +1089,7 @@ extern "C" int myops_layer_norm_backward_cuda(myops_out_operand dx, void* ws, my
       const int64_t grid = rr_bwd_grid<T>(g, M, w != nullptr, ws != nullptr);
       if (grid < 0) return (int)MYOPS_EARG;
       return rr::with_ns<kBwdLaunchNs<T>>(g.ns, [&](auto ns) -> int {
-        return rr::launch(g, grid, rr_bwd_kernel_for<T, decltype(ns)::value>(w != nullptr, ws != nullptr),
+        return rr::launch_dependent(g, grid, rr_bwd_kernel_for<T, decltype(ns)::value>(w != nullptr, ws != nullptr),
                           static_cast<cudaStream_t>(stream),
                           static_cast<T*>(dx.ptr), dx.row_stride, static_cast<acc_t<T>*>(ws),
                           static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(x.ptr), x.row_stride,

@@ -1282,6 +1282,23 @@ int launch(const Geo& g, int64_t grid, void (*kernel)(KArgs...), cudaStream_t st
   if (e != cudaSuccess) return (int)e;
   return launch_status();
 }
+// launch() as a programmatic dependent (pdl_on(), common.cuh), for kernels whose first statement is pdl_wait().
+template <class... KArgs, class... Args>
+int launch_dependent(const Geo& g, int64_t grid, void (*kernel)(KArgs...), cudaStream_t stream, Args&&... args) {
+  if (!pdl_on()) return launch(g, grid, kernel, stream, std::forward<Args>(args)...);
+  if (grid <= 0) return MYOPS_OK;
+  const int rc = prepare(g, kernel);
+  if (rc) return rc;
+  cudaLaunchAttribute attr[2];
+  cudaLaunchConfig_t cfg = launch_config(g, grid, stream, attr);
+  attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs += 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) return (int)e;
+  return launch_status();
+}
 inline int64_t cover_grid(const Geo& g, int64_t M) {
   return std::min<int64_t>(ceil_div(M, g.rows), (1 << 30) / g.cluster) * g.cluster;
 }

@@ -281,6 +281,7 @@ rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,  // [M, N]
                                                      int64_t M, int N, acc_t<T> inv_n, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
+  pdl_wait();  // (launched as a programmatic dependent: rr::launch_dependent)
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
@@ -850,7 +851,7 @@ int backward(myops_out_operand dx, void* ws, myops_operand dy, myops_operand s, 
       return rr::with_ns<kBwdNs<T, ADD>>(g.ns, [&](auto ns) -> int {
         constexpr int NS = decltype(ns)::value;
         const auto kernel = rr_bwd_kernel_for<T, NS, ADD>(ws != nullptr, g.full);
-        return rr::launch(g, grid, kernel, static_cast<cudaStream_t>(stream),
+        return rr::launch_dependent(g, grid, kernel, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(dx.ptr), dx.row_stride, static_cast<acc_t<T>*>(ws),
                           static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(s.ptr), s.row_stride,
                           static_cast<const T*>(ds_out.ptr), ds_out.row_stride,
