@@ -62,9 +62,15 @@ inline bool pdl_on() {
     const char* e = std::getenv("MYOPS_PDL");
     return !(e && e[0] == '0' && e[1] == 0);
   }();
-  int dev = 0, major = 0;
-  return on && cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+  static signed char takes[64] = {0};  // per device: 0 unknown, 1 yes, -1 no
+  int dev = 0;
+  if (!on || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (takes[dev] == 0) {
+    int major = 0;
+    takes[dev] = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9
+                     ? 1 : -1;
+  }
+  return takes[dev] > 0;
 }
 
 // Multiprocessors of the current device (the caller's device guard selects it); cached per device.
