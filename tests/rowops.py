@@ -64,6 +64,41 @@ def run_case(fn, eager_fn, ref_fn, inputs, grad=True, grad_inputs=None, tol_chec
         check_close(out, ref, out.dtype, scale=scale_fn(*ins64) if scale_fn else None)
 
 
+def check_graph_replay(fn, inputs):
+    """fn's forward and backward (all inputs differentiable) captured into a CUDA graph and replayed on new values
+    equal, bit for bit, the same op run eagerly on those values: the norms' backward kernels and colsum are
+    programmatic dependent launches (csrc/cuda/common.cuh), which a capture must record with their order kept."""
+    static = [t.detach().clone().requires_grad_() for t in inputs]
+
+    def step():
+        outs = fn(*static)
+        outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+        gouts = [torch.ones_like(o) for o in outs]
+        return outs, torch.autograd.grad(outs, static, gouts)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # (warm-up: builds, autograd's state, allocations outside the graph)
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs, grads = step()
+    fresh = [torch.randn_like(t) for t in inputs]
+    for t, f in zip(static, fresh):
+        with torch.no_grad():
+            t.copy_(f)
+    graph.replay()
+    torch.cuda.synchronize()
+    leaves = [f.clone().requires_grad_() for f in fresh]
+    want = fn(*leaves)
+    want = (want,) if isinstance(want, torch.Tensor) else tuple(want)
+    want_grads = torch.autograd.grad(want, leaves, [torch.ones_like(o) for o in want])
+    for got, exp in zip(list(outs) + list(grads), list(want) + list(want_grads)):
+        torch.testing.assert_close(got, exp, rtol=0, atol=0)
+
+
 def padded_rows(shape, dtype, device, seed, pad=24):
     """randn rows of shape[-1] elements at a row stride of shape[-1] + pad: rows that stay 16-byte aligned for
     16-bit types when both are multiples of 8 (make_tensor's row_strided pads by 5, which the vector kernels refuse)."""

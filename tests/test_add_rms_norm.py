@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, param, run_case
+from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, check_graph_replay,
+                    param, run_case)
 
 OP = torch.ops.myops.add_rms_norm.default
 
@@ -139,3 +140,12 @@ def test_bad_inputs(device):
     raises(ops.add_rms_norm, x, x[:3], match="residual must have the same shape as x")
     raises(ops.add_rms_norm, x, x.double(), match="residual must have the same dtype as x")
     raises(ops.add_rms_norm, x, x, torch.ones(4, device=device), match=r"weight must have shape \[5\]")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (3000, 1024)), (torch.float32, (1200, 4096)),
+                                         (torch.bfloat16, (20000, 128))])
+def test_cuda_graph(dtype, shape):
+    # forward and backward captured into a CUDA graph (the backward's kernels are programmatic dependent launches)
+    x, r, w = (make_tensor(s, dtype, "cuda", seed=i) for i, s in enumerate([shape, shape, shape[-1:]]))
+    check_graph_replay(lambda x, r, w: ops.add_rms_norm(x, r, w), [x, r, w])

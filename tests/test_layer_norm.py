@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, WARP_ROWS, param,
-                    padded_rows, run_case)
+from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, WARP_ROWS,
+                    check_graph_replay, padded_rows, param, run_case)
 
 OP = torch.ops.myops.layer_norm.default
 
@@ -186,3 +186,12 @@ def test_bad_inputs(device):
     raises(ops.layer_norm, x, None, torch.ones(6, device=device), match=r"bias must have shape \[5\]")
     raises(ops.layer_norm, x, None, torch.ones(5, device=device).half(), match="bias must have the same dtype")
     raises(ops.layer_norm, torch.tensor(1.0, device=device), match="at least 1 dimension")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (3000, 1024)), (torch.float32, (1200, 4096)),
+                                         (torch.bfloat16, (20000, 128))])
+def test_cuda_graph(dtype, shape):
+    # forward and backward captured into a CUDA graph (the backward's kernels are programmatic dependent launches)
+    x, w, b = (make_tensor(s, dtype, "cuda", seed=i) for i, s in enumerate([shape, shape[-1:], shape[-1:]]))
+    check_graph_replay(lambda x, w, b: ops.layer_norm(x, w, b), [x, w, b])
