@@ -476,7 +476,8 @@ __global__ void __launch_bounds__(512) wr_fwd_kernel(T* __restrict__ y, int64_t 
 template <class T, int NS> constexpr bool kBwdSmem = MYOPS_LN_BWD_SMEM && sizeof(T) == 2 && NS == 2;
 template <class T, int NS>
 using BwdSums = rr::ColSums<std::conditional_t<sizeof(T) == 8, float, T>, NS, 2, 512>;  // (fp64: never used)
-// ws: [2][owners][N] dw, db partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
+// ws: [2][owners][N] dw, db partials (one row per CTA or cluster, Lane::owner; a CTA of several rows sums its row
+// slots' first, ColSums::flush_rows), or null.
 // AFF: w and ws are both present (a training step's affine layer_norm), so that no per-element select on them is
 // left for the compiler to predicate: with them tested at run time it merged the two cases and shared g * xh between
 // dw and sum(g w xh), which kept both from fusing into FFMAs (bf16: about 14 instructions per element in the first

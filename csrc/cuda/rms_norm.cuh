@@ -250,7 +250,8 @@ __global__ void __launch_bounds__(512) wr_fwd_kernel(T* __restrict__ y, int64_t 
   }
 }
 
-// ws: [owners, N] dw partials (one row per row slot of each CTA or cluster, Lane::owner), or null.
+// ws: [owners, N] dw partials (one row per CTA or cluster, Lane::owner; a CTA of several rows sums its row slots'
+// first, ColSums::flush_rows), or null.
 // AFF: w and ws are both present (the weight's gradient is wanted), tested at compile time for the reason
 // layer_norm.cu's rr_bwd_kernel gives (the run-time tests kept g * x * rs and the dot product from fusing).
 // FULL (16-bit rows that fill every thread's slots, rr::Geo::full): loads without per-slot bounds tests or fills,
