@@ -3,7 +3,8 @@ forward+backward, and reports time, achieved bandwidth (minimum bytes moved) and
 device-to-device copy bandwidth.
 
     PYTHONPATH=. python benchmarks/bench.py [--ops add,relu] [--dtypes bf16,fp32] [--shape 16384,4096]
-        [--no-compile] [--no-backward] [--impls myops] [--variants-only] [--markdown results.md] [--device cpu]
+        [--no-compile] [--no-backward] [--impls myops] [--variants-only] [--cases default,N=1024]
+        [--markdown results.md] [--device cpu]
 
 On CUDA, times with CUDA events (median of 100 runs, each after a 256 MB L2 flush and a GPU sleep that lets the
 host queue the run ahead, so host overhead is not timed; see make_timer). ``--device cpu`` is a smoke run of the same logic (perf_counter median).
@@ -389,6 +390,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--impls", default="myops,eager,compile", help="comma-separated rows to time, of myops, eager, "
                    "compile (e.g. myops alone when tuning)")
     p.add_argument("--variants-only", action="store_true", help="only the long-row and layout variants")
+    p.add_argument("--cases", help="comma-separated variant names to run, 'default' for each op's own shape (e.g. "
+                   "default,N=1024,N=128: several shapes in one process, without the start-up and warm-up of one run "
+                   "per --shape)")
     p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True, help="time forward+backward")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as markdown to PATH")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -402,6 +406,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown ops: {sorted(unknown)}")
     args.dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
+    args.cases = None if args.cases is None else set(args.cases.split(","))
+    if args.cases is not None:
+        unknown = args.cases - {c.variant or "default" for c in CASES}
+        if unknown:
+            p.error(f"unknown cases: {sorted(unknown)}")
     args.shape_given = args.shape is not None
     args.shape = tuple(int(s) for s in (args.shape or "16384,4096").split(","))
     args.device = torch.device(args.device)
@@ -420,7 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     copy_bw = copy_gbps(args.device, time_us)
     rows, failures = [], []
     for case in (c for c in CASES if c.op in args.ops and (args.variants or not c.variant)
-                 and (c.variant or not args.variants_only)):
+                 and (c.variant or not args.variants_only)
+                 and (args.cases is None or (c.variant or "default") in args.cases)):
         if args.compile:
             # a fresh Dynamo cache per case: the variants of one op share its expression's code object, and five
             # shapes x two dtypes passed the recompile limit (8): fullgraph=True then fails
