@@ -712,6 +712,9 @@ template <class T, int NS> struct Stage {
   }
 };
 
+#ifndef MYOPS_FLUSH_INLINE
+#define MYOPS_FLUSH_INLINE 0
+#endif
 // K per-column sums over rows (weight and bias gradients) of a thread's NS slots, in shared memory for kernels whose
 // registers cannot also hold them. A slot's K x VEC sums are K * VEC / 4 16-byte entries; each warp has its own
 // [NS][K * VEC / 4][32] block of them (a warp's 16-byte accesses are contiguous: no bank conflicts; the offsets are
@@ -772,7 +775,8 @@ template <class T, int NS, int K, int CTA> struct ColSums {
   __device__ __forceinline__ void flush(const unsigned char* smem, A* __restrict__ ws, const Lane& l, int N) const {
     if (l.rows == 1) return flush(ws, l.owners(), l.owner(), N, l.t, l.tpr);
     __syncthreads();
-    flush_rows(smem, ws, l.owners(), l.owner(), N, l.tpr, l.rows);
+    if constexpr (MYOPS_FLUSH_INLINE) combine_rows(smem, ws, l.owners(), l.owner(), N, l.tpr, l.rows);
+    else flush_rows(smem, ws, l.owners(), l.owner(), N, l.tpr, l.rows);
   }
   // A CTA of several rows (rows > 1 row slots of tpr threads, tpr a power of 2) writes one workspace row, `group` of
   // ws [K][groups][N]: each column's sums over its row slots (in slot order, in fp64, rounded once), read from every
@@ -780,9 +784,15 @@ template <class T, int NS, int K, int CTA> struct ColSums {
   // a row per slot the workspace and colsum's reads of it were `rows` times larger: at [65536, 1024] bf16 (8 slots,
   // 17 MB) colsum took 22.5 us of layer_norm's 190 us forward and backward (H200; 12.2 after this, 4.0 with colsum's
   // 32 warps). Not inlined: inlined, it took rms_norm's fp32 backward at 4 vectors per thread (128 registers) from 0
-  // to 20 bytes of spills.
+  // to 20 bytes of spills, and its 2-vector one from 101 to 88 registers (5 CTAs per SM instead of 4; that
+  // measured faster, with colsum at 32 warps, in a run with another change: H200 fp32 forward+backward at N = 1024
+  // 96.3 against 93.4 with the call). -DMYOPS_FLUSH_INLINE=1 inlines it everywhere (A/B).
   static __device__ __noinline__ void flush_rows(const unsigned char* smem, A* __restrict__ ws, int64_t groups,
-                                                    int64_t group, int N, int tpr, int rows) {
+                                                 int64_t group, int N, int tpr, int rows) {
+    combine_rows(smem, ws, groups, group, N, tpr, rows);
+  }
+  static __device__ __forceinline__ void combine_rows(const unsigned char* smem, A* __restrict__ ws, int64_t groups,
+                                                      int64_t group, int N, int tpr, int rows) {
     const float4* base = reinterpret_cast<const float4*>(smem);
     const int sh = __ffs(tpr) - 1;
     for (int f = threadIdx.x; f < (NS * Q) << sh; f += blockDim.x) {
