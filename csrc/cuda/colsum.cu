@@ -7,10 +7,13 @@
 // two at::sum calls and two dtype conversions took 4 launches and about 19 us per layer_norm backward at
 // [16384, 4096] bf16 on the H100 (the sums ran at about 0.5 TB/s); this is one launch. (The sum op's column kernel,
 // sum.cu, writes its input's dtype and one strided output: it would still take a launch per k and a conversion.)
-// A CTA owns 32 columns of one k: its 32 warps take rows w, w + 32, ... (each warp load is one 128-byte line, four
-// in flight per thread), then shared memory combines the 32 partial sums in a fixed order (deterministic). The
-// workspace is a row per CTA of the backward (R = 132-660 on an H200) and N / 32 x K CTAs read it (64 at N = 1024):
-// with 8 warps each, four rounds of loads per warp took colsum 12.2 us at [65536, 1024] bf16 (H200, 1 MB). The sums are
+// A warp owns 32 columns of one k and, with wr - 1 other warps, strides over the rows (each warp load one 128-byte
+// line, four in flight per thread); shared memory then combines the wr partial sums in a fixed order (deterministic).
+// The workspace is a row per CTA or cluster of the backward. Short rows: R = 132-660 on an H200 and wr = 32 (at 8
+// warps, four rounds of loads per warp took colsum 12.2 us at [65536, 1024] bf16, H200, 1 MB; 4.0 us at 32). Long
+// rows: a few tens at most (a row per cluster of 4-16 CTAs), where 32 warps left most warps idle in N / 32 CTAs of
+// 1024 threads: 70 us at [256, 262144] (layer_norm bf16, H200), 9.8 us now. So wr = R / 4 rounded up to a power of
+// two (at most 32), and a CTA of fewer than 8 warps takes 8 / wr column groups. The sums are
 // fp64, rounded once: in fp32 the partial sums' rounding broke the 2x-eager rule where a column's total cancels
 // (add_rms_norm fp32 [194, 2]: dw error 2.0e-6 against eager's 6.1e-7, |dw| 0.51, R = a few hundred rows of ~1).
 #include "common.cuh"
@@ -18,33 +21,43 @@
 namespace {
 using namespace myops;
 
-constexpr int kWarps = 32;
+constexpr int kMaxWarps = 32;
+
+// Geometry: wr warps stride over the rows of each 32-column group, cg groups per CTA (cg * wr >= 8 warps).
+struct ColsumGeo {
+  int wr, cg;
+};
+
+inline ColsumGeo colsum_geo(int64_t R) {
+  int wr = 1;  // four loads in flight per warp: a warp per 4 rows, at most 32
+  while (wr < kMaxWarps && wr * 4 < R) wr *= 2;
+  return {wr, wr >= 8 ? 1 : 8 / wr};
+}
 
 template <class A, class T>
-__global__ void __launch_bounds__(kWarps * 32) colsum_kernel(T* __restrict__ out0,       // [N]
-                                                              T* __restrict__ out1,       // [N] or null (K = 1)
-                                                              const A* __restrict__ ws,   // [K, R, N]
-                                                              int64_t R, int64_t N) {
-  __shared__ double part[kWarps][32];
+__global__ void __launch_bounds__(kMaxWarps * 32) colsum_kernel(T* __restrict__ out0,       // [N]
+                                                                 T* __restrict__ out1,       // [N] or null (K = 1)
+                                                                 const A* __restrict__ ws,   // [K, R, N]
+                                                                 int64_t R, int64_t N, int wr, int cg) {
+  __shared__ double part[kMaxWarps][32];
   pdl_wait();  // (a programmatic dependent of the backward kernel that writes ws: see below)
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t n = (int64_t)blockIdx.x * 32 + lane;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % cg, rw = warp / cg;
+  const int64_t n = ((int64_t)blockIdx.x * cg + g) * 32 + lane;
   const A* __restrict__ src = ws + (int64_t)blockIdx.y * R * N;
   double s[4] = {0.0, 0.0, 0.0, 0.0};
   if (n < N) {
-    int64_t r = warp;
-    for (; r + 3 * kWarps < R; r += 4 * kWarps) {
+    int64_t r = rw;
+    for (; r + 3 * wr < R; r += 4 * wr) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) s[u] += src[(r + u * kWarps) * N + n];
+      for (int u = 0; u < 4; ++u) s[u] += src[(r + u * wr) * N + n];
     }
-    for (; r < R; r += kWarps) s[0] += src[r * N + n];
+    for (; r < R; r += wr) s[0] += src[r * N + n];
   }
   part[warp][lane] = (s[0] + s[1]) + (s[2] + s[3]);
   __syncthreads();
-  if (warp == 0 && n < N) {
+  if (rw == 0 && n < N) {
     double t = 0.0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) t += part[w][lane];
+    for (int j = 0; j < wr; ++j) t += part[j * cg + g][lane];
     (blockIdx.y ? out1 : out0)[n] = from_acc<T>(static_cast<A>(t));
   }
 }
@@ -66,13 +79,14 @@ extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)ceil_div(N, (int64_t)32), out1 ? 2 : 1);
-    cfg.blockDim = dim3(kWarps * 32);
+    const ColsumGeo geo = colsum_geo(R);
+    cfg.gridDim = dim3((unsigned)ceil_div(N, (int64_t)32 * geo.cg), out1 ? 2 : 1);
+    cfg.blockDim = dim3(geo.wr * geo.cg * 32);
     cfg.stream = static_cast<cudaStream_t>(stream);
     cfg.attrs = &attr;
     cfg.numAttrs = pdl_on() ? 1 : 0;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, colsum_kernel<A, T>, static_cast<T*>(out0), static_cast<T*>(out1),
-                                             static_cast<const A*>(ws), R, N);
+                                             static_cast<const A*>(ws), R, N, geo.wr, geo.cg);
     if (e != cudaSuccess) return (int)e;
     return launch_status();
   });
