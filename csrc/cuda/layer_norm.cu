@@ -316,6 +316,17 @@ __device__ __forceinline__ void rr_affine(acc_t<T> (&a)[VEC], acc_t<T> mu, acc_t
     a[e] = hw && hb ? fmaf(xh, wv[e], bv[e]) : hw ? xh * wv[e] : hb ? xh + bv[e] : xh;
   }
 }
+// The warp-row kernel's output pass at 5 and 6 vectors per thread converts x again with Regs::decode_other (byte
+// permutes), not with the statistics pass's instructions: with the same conversion, ptxas kept that pass's converted
+// values live across the reduction (fresh()'s moves do not stop it), 107 and 106 registers (bf16) instead of 58 and
+// 64. H200, forward, % of copy, two rounds: N = 1280 bf16 84.6 / 84.8 -> 91.1 / 91.3, fp16 85.7 / 85.7 -> 91.1 /
+// 91.1. Not taken elsewhere: at 3 and 4 vectors (62 -> 51, 66 -> 51 registers) N = 768 bf16 92.0 / 92.0 -> 91.3 /
+// 91.6, N = 1024 91.5 / 91.9 -> 91.3 / 91.4; in rr_fwd's output loop, [16384, 4096] 88.3 / 88.1 -> 88.0 / 88.0.
+// -DMYOPS_LN_DECODE=0 keeps fresh() (A/B).
+#ifndef MYOPS_LN_DECODE
+#define MYOPS_LN_DECODE 1
+#endif
+template <int NS> constexpr bool kLnDecode = MYOPS_LN_DECODE && (NS == 5 || NS == 6);
 // A row's output from its registers (the warp-row kernel): y = xh w + b, xh = (x - mu) rs (kFused: fma(x, rs, nmr),
 // nmr = -mu rs), the weight and bias where present. rr_fwd keeps its own copy of the loop: called from there, this
 // function took rr_fwd_kernel<bf16, 4, full> from 61 to 100 registers.
@@ -330,7 +341,8 @@ __device__ __forceinline__ void rr_out_row(const rr::Regs<T, NS>& v, T* y,  // [
     const int c = rr::Regs<T, NS>::col(s, t, tpr);
     if (!FULL && c >= N) break;
     A a[VEC], wv[VEC], bv[VEC];
-    v.fresh(s, a);
+    if constexpr (kLnDecode<NS>) v.decode_other(s, a);
+    else v.fresh(s, a);
     if (w) rr::load_param(w, c, wv);
     if (b) rr::load_param(b, c, bv);
 #pragma unroll
@@ -429,10 +441,9 @@ template <class T, int NS, bool FULL> constexpr auto rr_fwd_kernel_for() {
   else return rr_fwd_kernel<T, NS, FULL>;
 }
 // 16-bit rows of one warp (rr::warp_row_geo): rr_fwd's statistics (one pass of per-thread shifted sums) and output,
-// one row per warp, the threads per row known at compile time. At 5 and 6 vectors per thread ptxas takes 106-107
-// registers (rms_norm's kernel: 40-50); at 5 it still ran far ahead of the register kernel's rows of two warps, their
-// last slots partly empty (H200, bf16 forward, % of copy, two rounds: N = 1280 66.4 / 66.8 -> 84.1 / 84.2, N = 1600
-// at 8 vectors 70.6 / 70.5 -> 89.0 / 88.9).
+// one row per warp, the threads per row known at compile time. It ran far ahead of the register kernel's rows of two
+// warps, their last slots partly empty (H200, bf16 forward, % of copy, two rounds: N = 1280 66.4 / 66.8 -> 84.1 /
+// 84.2 at 107 registers, 91.2 since at 58 (kLnDecode); N = 1600 at 8 vectors 70.6 / 70.5 -> 89.0 / 88.9).
 template <class T, int NS, bool FULL>
 __global__ void __launch_bounds__(512) wr_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                                                      float* __restrict__ mean,             // [M]
