@@ -10,6 +10,7 @@
 // backward:  dx_ij = g_i (exp((x_ij - m_i) - ls_i) - (1 - eps) [j == t] - eps / C), 0 on ignored rows; g_i [M]
 //   is the incoming gradient already divided by the row count for reduction = "mean".
 #include <climits>
+#include <cmath>
 
 #include "regrow.cuh"
 
@@ -139,32 +140,39 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_bwd_kernel(myops_out_operan
   }
 }
 // ---- fast path: a row of logits streams through registers once ------------------------------------------------
-// A CTA per row (grid-stride over rows); each thread loads U 16-byte vectors of the row at a time (all in
-// flight before any is used) and folds them into a running (max, sum of exp) -- one exp per element, the sum rescaled
-// only when a group raises the max. The CTA then combines the pairs once. Few registers let six or more 256-thread
-// CTAs share an SM, so one row's loads overlap another's exps and reduction: nothing holds a whole row (the register
-// kernel it replaces held 64 KB rows at one 1024-thread CTA per SM, with load and compute phases that did not
-// overlap: 1.6 TB/s on the H200). Measured on the H200 against 4 vectors x 256 threads (bf16 [4096, 32000]: 60.6% of
-// copy): 8 vectors 53%, 4 x 512 threads 55%, 2 vectors 61% (but 70% against 81% at V = 262144), the next group's loads
-// issued before this one is folded in 57%.
-template <class T, bool SMOOTH, int U = 4, int THREADS = 256>
+// A CTA per row (grid-stride over rows; a cluster per row for long rows, see CLUSTER); each thread loads U 16-byte
+// vectors of the row at a time (all in flight before any is used) and folds them into a running (max, sum of exp) --
+// one exp per element, the sum rescaled only when a group raises the max. The CTA then combines the pairs once. Few
+// registers let six or more 256-thread CTAs share an SM, so one row's loads overlap another's exps and reduction:
+// nothing holds a whole row (the register kernel it replaces held 64 KB rows at one 1024-thread CTA per SM, with load
+// and compute phases that did not overlap: 1.6 TB/s on the H200). Measured on the H200 against 4 vectors x 256 threads
+// (bf16 [4096, 32000]: 60.6% of copy): 8 vectors 53%, 4 x 512 threads 55%, 2 vectors 61% (but 70% against 81% at V =
+// 262144), the next group's loads issued before this one is folded in 57%; again in session 27 (H200, % of copy, [4096,
+// 32000] bf16 / fp32, V = 262144 bf16 / fp32): 2 vectors 72.3 / 87.0 / 86.1 / 98.1 against 72.8 / 87.2 / 90.6 / 98.0, 2
+// vectors with the next group's loads in flight 57.2-70.3 / 82.3 / 80.1 / 87.4. CLUSTER: a row split over a cluster of
+// CTAs (tpr = the cluster's threads; RowReduce combines the pairs over it), for long rows whose single-CTA waves leave
+// much of the last one empty (see ce_cluster). Else tpr = THREADS.
+template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = 256>
 __global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restrict__ loss,           // [M]
                                                              acc_t<T>* __restrict__ stats,          // [M, 2]
                                                              const T* __restrict__ x, int64_t xs,   // [M, C]
                                                              const int64_t* __restrict__ target,    // [M]
                                                              int64_t t_stride, int64_t M, int C, int64_t ignore_index,
-                                                             acc_t<T> smoothing) {
+                                                             acc_t<T> smoothing, int cluster_tpr) {
   using A = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T), STEP = THREADS * U * VEC;
+  constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
-  rr::RowReduce red(red_buf, THREADS);
+  const int tpr = CLUSTER ? cluster_tpr : THREADS;
+  rr::RowReduce red(red_buf, tpr);
+  const int t = CLUSTER ? (int)(rr::cluster_rank() * THREADS + threadIdx.x) : (int)threadIdx.x;
+  const int64_t first = CLUSTER ? rr::cluster_id() : blockIdx.x, step = CLUSTER ? rr::cluster_count() : gridDim.x;
   const T ninf = from_acc<T>(neg_inf<A>());
-  for (int64_t r = blockIdx.x; r < M; r += gridDim.x) {
+  for (int64_t r = first; r < M; r += step) {
     const T* __restrict__ xr = x + r * xs;
     // the target and its logit, read first by the thread that writes the loss (two dependent loads)
     int64_t tg = ignore_index, tc = 0;
     A xt = A(0);
-    if (threadIdx.x == 0) {
+    if (t == 0) {
       tg = target[r * t_stride];
       if (tg != ignore_index) {
         tc = clamped_target(tg, C);
@@ -172,21 +180,21 @@ __global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restric
       }
     }
     A m = neg_inf<A>(), s = A(0), sx = A(0);
-    for (int c0 = 0; c0 < C; c0 += STEP) {
+    for (int c0 = 0; c0 < C; c0 += tpr * U * VEC) {
       rr::Regs<T, U> v;
-      v.load(xr + c0, C - c0, threadIdx.x, THREADS, ninf);
+      v.load(xr + c0, C - c0, t, tpr, ninf);
       const A mx = fmaxf(m, rr::thread_max<T, U, false>(v));  // (not packed: see thread_max)
       if (mx > m) {  // never from -inf to -inf; from -inf, s is 0
         s = m == neg_inf<A>() ? s : s * exp_of<T>(m - mx);
         m = mx;
       }
-      const Pair<A> e = rr::thread_exp_sum<SMOOTH>(v, rr::exp_shift(m), C - c0, threadIdx.x, THREADS);
+      const Pair<A> e = rr::thread_exp_sum<SMOOTH>(v, rr::exp_shift(m), C - c0, t, tpr);
       s += e.a;
       sx += e.b;
     }
     const Pair<A> ms = red(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, Pair<A>{neg_inf<A>(), A(0)});
     const A sum_x = SMOOTH ? red(sx, rr::Sum{}, A(0)) : A(0);
-    if (threadIdx.x != 0) continue;
+    if (t != 0) continue;
     A ls = log_of<T>(ms.b);
     stats[2 * r] = ms.a;
     if (tg == ignore_index) {
@@ -200,6 +208,34 @@ __global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restric
     if (SMOOTH) lo += smoothing * (ms.a - sum_x / A(C));
     loss[r] = lo;
   }
+}
+// CTAs per row of the streaming forward: 1, unless the row is long (kCeClusterBytes or more) and one CTA per row
+// would fill less than kCeFill of its last wave, which then idles most of the chip: the fewest CTAs per row (2, 4 or
+// 8) that fill kCeFill. H200, forward, % of copy, one CTA per row -> clusters of 2 / 4 / 8, two rounds each:
+// - V = 262144 fp32 (1024 rows, 660 at once: 1.55 waves): 85.6 -> 95.9 at 4 (6.2 waves), 93.5 at 8; on another
+//   machine (the policy's choice, 4): 95.3 -> 98.0.
+// - V = 262144 bf16 (528 at once: 1.94 waves): 88.0 -> 82.9 at 4, 75.9 at 8: the clusters' cost (each row's CTAs
+//   wait for the slowest of them) where the waves were full already.
+// - [4096, 32000] bf16: 71.3 -> 59.4 at 2, 43.1 at 4; fp32 85.0 -> 79.7, 64.3.
+// MYOPS_CE_CLUSTER (1, 2, 4 or 8) fixes it (A/B); read once.
+constexpr int64_t kCeClusterBytes = 512 * 1024;
+constexpr double kCeFill = 0.85;
+template <class K> int ce_cluster(K kernel, int64_t M, int64_t C, int es) {
+  static const int knob =
+      rr::env_knob("MYOPS_CE_CLUSTER", 0, [](int c) { return c == 0 || (c <= kMaxCluster && (c & (c - 1)) == 0); });
+  if (knob) return knob;
+  int per_sm = 0;
+  if (C * es < kCeClusterBytes ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0) != cudaSuccess || per_sm < 1) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  const double slots = (double)per_sm * sm_count();
+  for (int cl = 1; cl < kMaxCluster; cl *= 2) {
+    const double waves = (double)M * cl / slots;
+    if (waves / std::ceil(waves) >= kCeFill) return cl;
+  }
+  return kMaxCluster;
 }
 
 // Backward has no reduction, so it need not hold a row: each CTA takes kBwdThreads * kBwdNv vectors of one row
@@ -344,14 +380,19 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
     const auto row_kernel = [&]() -> int {
       if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
         if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
-          const unsigned grid = (unsigned)std::min<int64_t>(M, 1 << 30);
-          const auto go = [&](auto kernel, int threads) {
-            kernel<<<grid, threads, 0, st>>>(static_cast<A*>(rows), static_cast<A*>(stats),
-                                             static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M, (int)C,
-                                             ignore_index, (A)smoothing);
-            return launch_status();
+          const auto go = [&](auto plain, auto clustered) {
+            rr::Geo g;
+            g.ns = 4;
+            g.cluster = ce_cluster(plain, M, C, es);
+            g.threads = 256;
+            g.tpr = g.threads * g.cluster;
+            g.rows = 1;
+            return rr::launch(g, rr::cover_grid(g, M), g.cluster > 1 ? clustered : plain, st, static_cast<A*>(rows),
+                              static_cast<A*>(stats), static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M,
+                              (int)C, ignore_index, (A)smoothing, g.tpr);
           };
-          return smoothing != 0.0 ? go(stream_fwd_kernel<T, true>, 256) : go(stream_fwd_kernel<T, false>, 256);
+          return smoothing != 0.0 ? go(stream_fwd_kernel<T, true, false>, stream_fwd_kernel<T, true, true>)
+                                  : go(stream_fwd_kernel<T, false, false>, stream_fwd_kernel<T, false, true>);
         }
       }
       Plan p = make_plan(M, C, es, 1, 0, 0, false);
