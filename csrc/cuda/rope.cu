@@ -9,24 +9,31 @@
 //   forward:  out[d1] = a cos[d1] - b sin[d1]      out[d2] = b cos[d2] + a sin[d2]
 //   backward: dx[d1]  = a cos[d1] + b sin[d2]      dx[d2]  = b cos[d2] - a sin[d1]     (a, b: the gradient)
 // The backward is the transposed rotation, i.e. the forward with sin'[d1] = -sin[d2] and sin'[d2] = -sin[d1]:
-// one kernel, which permutes its sin registers once per position and then runs the forward formula.
+// the kernel's BWD variant (rotate<.., BWD>) reads the partner's sin and flips the signs in its formula.
 //
 // Bandwidth: x is read once and out written once; cos/sin ([B, S, D], 1/H of x) are what may be re-read. A team
 // of tx threads owns one (b, s) position and one group of heads: it loads that position's cos/sin slice once into
-// registers (fp32) and reuses it for every head it visits (h = g, g + G, ...), two heads' loads in flight at a
-// time. Thread c of a team owns two 16-byte vectors of a row of D: NeoX the vectors at c*VEC and D/2 + c*VEC
+// registers (in T, converted where used) and reuses it for every head it visits (h = g, g + G, ...), two heads'
+// loads in flight at a time. (Held in fp32, the 16-bit kernel took 127 registers, and computing the team's position
+// took two 64-bit divisions; H200, bf16 forward, % of copy, [S, H, D] / heads first, with both changes: 79.9 / 76.7
+// -> 84.5 / 80.9, 86.0 / 83.2 with the waves below; fp32 94.6 / 89.7 -> 91.8 / 86.9 at 94 registers, 94.9 / 90.2
+// held to 80.) Thread c of a team owns two 16-byte vectors of a row of D: NeoX the vectors at c*VEC and D/2 + c*VEC
 // (element e of one pairs with element e of the other), interleaved the adjacent vectors at 2c*VEC and
 // 2c*VEC + VEC (pairs inside each vector). A row of D is one contiguous span per half, so a team's loads and
 // stores cover whole 32-byte sectors. The number of head groups G is chosen so that the grid fills the chip.
 // Layouts the vector path cannot take (D not a multiple of 2*VEC, misaligned pointers or strides, strided cos/sin
 // rows) run the same kernel with VEC = 1: one pair per thread and head.
-#include "common.cuh"
+#include "regrow.cuh"  // (rr::env_knob)
 
 namespace {
 using namespace myops;
 
 constexpr int kThreads = 256;
 constexpr int kHeadUnroll = 2;  // heads whose x vectors one thread loads before it computes (loads in flight)
+// CTAs per SM the launch bound asks for: fp32 3 (80 registers instead of 94, no spills), 16-bit types 1 (119
+// registers: held to 80 they spilled 120 bytes). H200, % of copy, forward ([S, H, D] / heads first), 2 -> 3 CTAs:
+// fp32 94.6 / 89.7 -> 94.9 / 90.2; bf16 84.5 / 80.9 -> 67.9 / 65.6.
+template <class T> constexpr int kRopeMinCtas = sizeof(T) == 4 ? 3 : 1;
 
 template <class T> struct RopeArgs {
   T* out;          // [B, S, H, D] strides (oB, oS, oH, 1)
@@ -37,6 +44,8 @@ template <class T> struct RopeArgs {
   int64_t chunks;  // threads one row needs: D / (2 VEC)
   int64_t groups;  // teams per position (G): team g visits heads g, g + G, ...
   int64_t teams;   // B * S * G
+  int gshift;      // log2(G) where G is a power of 2, else -1
+  bool narrow;     // teams and positions fit 32 bits: 32-bit index division
   int64_t xB, xS, xH, oB, oS, oH, cB, cS, cD, sB, sS, sD;
   bool backward;
 };
@@ -68,42 +77,61 @@ __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(
 // out[d1] = a c[d1] - b s[d1], out[d2] = b c[d2] + a s[d2] for the VEC pairs of the two vectors x1, x2.
 // CROSS (NeoX, or any pairing with VEC == 1): element e of x1 pairs with element e of x2. Otherwise (interleaved,
 // VEC > 1): elements 2k and 2k + 1 of each vector pair up.
-template <bool CROSS, class T, int VEC, class A>
-__device__ __forceinline__ void rotate(const Vec<T, VEC>& x1, const Vec<T, VEC>& x2, const A (&c1)[VEC],
-                                       const A (&c2)[VEC], const A (&s1)[VEC], const A (&s2)[VEC],
+// BWD: the transposed rotation, out[d1] = a c[d1] + b s[d2], out[d2] = b c[d2] - a s[d1] (see the top).
+// cos/sin come in T and are converted where used.
+template <bool CROSS, bool BWD, class T, int VEC>
+__device__ __forceinline__ void rotate(const Vec<T, VEC>& x1, const Vec<T, VEC>& x2, const Vec<T, VEC>& c1,
+                                       const Vec<T, VEC>& c2, const Vec<T, VEC>& s1, const Vec<T, VEC>& s2,
                                        Vec<T, VEC>& o1, Vec<T, VEC>& o2) {
+  using A = acc_t<T>;
   if constexpr (CROSS) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       const A a = to_acc(x1.v[e]), b = to_acc(x2.v[e]);
-      o1.v[e] = from_acc<T>(mul_rn(a, c1[e]) - mul_rn(b, s1[e]));
-      o2.v[e] = from_acc<T>(mul_rn(b, c2[e]) + mul_rn(a, s2[e]));
+      const A ca = mul_rn(a, to_acc(c1.v[e])), cb = mul_rn(b, to_acc(c2.v[e]));
+      if constexpr (BWD) {
+        o1.v[e] = from_acc<T>(ca + mul_rn(b, to_acc(s2.v[e])));
+        o2.v[e] = from_acc<T>(cb - mul_rn(a, to_acc(s1.v[e])));
+      } else {
+        o1.v[e] = from_acc<T>(ca - mul_rn(b, to_acc(s1.v[e])));
+        o2.v[e] = from_acc<T>(cb + mul_rn(a, to_acc(s2.v[e])));
+      }
     }
   } else {
+    const auto pairs = [](const Vec<T, VEC>& x, const Vec<T, VEC>& c, const Vec<T, VEC>& s, Vec<T, VEC>& o) {
 #pragma unroll
-    for (int e = 0; e < VEC; e += 2) {
-      const A a1 = to_acc(x1.v[e]), b1 = to_acc(x1.v[e + 1]);
-      o1.v[e] = from_acc<T>(mul_rn(a1, c1[e]) - mul_rn(b1, s1[e]));
-      o1.v[e + 1] = from_acc<T>(mul_rn(b1, c1[e + 1]) + mul_rn(a1, s1[e + 1]));
-      const A a2 = to_acc(x2.v[e]), b2 = to_acc(x2.v[e + 1]);
-      o2.v[e] = from_acc<T>(mul_rn(a2, c2[e]) - mul_rn(b2, s2[e]));
-      o2.v[e + 1] = from_acc<T>(mul_rn(b2, c2[e + 1]) + mul_rn(a2, s2[e + 1]));
-    }
+      for (int e = 0; e < VEC; e += 2) {
+        const A a = to_acc(x.v[e]), b = to_acc(x.v[e + 1]);
+        const A ca = mul_rn(a, to_acc(c.v[e])), cb = mul_rn(b, to_acc(c.v[e + 1]));
+        if constexpr (BWD) {
+          o.v[e] = from_acc<T>(ca + mul_rn(b, to_acc(s.v[e + 1])));
+          o.v[e + 1] = from_acc<T>(cb - mul_rn(a, to_acc(s.v[e])));
+        } else {
+          o.v[e] = from_acc<T>(ca - mul_rn(b, to_acc(s.v[e])));
+          o.v[e + 1] = from_acc<T>(cb + mul_rn(a, to_acc(s.v[e + 1])));
+        }
+      }
+    };
+    pairs(x1, c1, s1, o1);
+    pairs(x2, c2, s2, o2);
   }
 }
 
 // Block (tx, ty): threadIdx.x is the thread's place c in its team (chunk of the row), threadIdx.y its team in the
 // block. Teams t = blockIdx.x * ty + threadIdx.y (grid-stride beyond 2^31 blocks) map to position p = t / G and
 // head group g = t % G, so the G teams of one position sit in the same block and share its cos/sin lines in L1.
-template <class T, int VEC, bool INTERLEAVED>
-__global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs<T> a) {
-  using A = acc_t<T>;
+template <class T, int VEC, bool INTERLEAVED, bool BWD>
+__global__ void __launch_bounds__(kThreads, kRopeMinCtas<T>) rope_kernel(const RopeArgs<T> a) {
   constexpr bool CROSS = !INTERLEAVED || VEC == 1;
   const int64_t half = a.D / 2;
   for (int64_t t = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; t < a.teams;
        t += (int64_t)gridDim.x * blockDim.y) {
-    const int64_t p = t / a.groups, g = t - p * a.groups;
-    const int64_t b = p / a.S, s = p - b * a.S;
+    // (a 64-bit division is a call of about 70 instructions; most launches need neither)
+    const int64_t p = a.gshift >= 0 ? t >> a.gshift
+                      : a.narrow    ? (int64_t)((uint32_t)t / (uint32_t)a.groups)
+                                    : t / a.groups;
+    const int64_t g = t - p * a.groups;
+    const int64_t b = a.narrow ? (int64_t)((uint32_t)p / (uint32_t)a.S) : p / a.S, s = p - b * a.S;
     const T* xp = a.x + b * a.xB + s * a.xS;     // [H, D] of this position
     T* op = a.out + b * a.oB + s * a.oS;         // [H, D]
     const T* cp = a.cos + b * a.cB + s * a.cS;   // [D]
@@ -112,38 +140,10 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs<T> a) {
       // The two vectors this thread owns in a row: element offsets d1 (first of a pair) and d2.
       const int64_t d1 = INTERLEAVED ? 2 * c * VEC : c * VEC;
       const int64_t d2 = INTERLEAVED ? d1 + VEC : d1 + half;
-      A c1[VEC], c2[VEC], s1[VEC], s2[VEC];
-      {
-        const Vec<T, VEC> vc1 = load<T, VEC>(cp + d1 * a.cD), vc2 = load<T, VEC>(cp + d2 * a.cD);
-        const Vec<T, VEC> vs1 = load<T, VEC>(sp + d1 * a.sD), vs2 = load<T, VEC>(sp + d2 * a.sD);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          c1[e] = to_acc(vc1.v[e]);
-          c2[e] = to_acc(vc2.v[e]);
-          s1[e] = to_acc(vs1.v[e]);
-          s2[e] = to_acc(vs2.v[e]);
-        }
-      }
-      if (a.backward) {  // sin'[d1] = -sin[d2], sin'[d2] = -sin[d1]
-        if constexpr (CROSS) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const A t1 = s1[e];
-            s1[e] = -s2[e];
-            s2[e] = -t1;
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; e += 2) {
-            A t1 = s1[e];
-            s1[e] = -s1[e + 1];
-            s1[e + 1] = -t1;
-            t1 = s2[e];
-            s2[e] = -s2[e + 1];
-            s2[e + 1] = -t1;
-          }
-        }
-      }
+      // cos/sin stay in T and are converted where used (loading them again for each group of heads, from L1,
+      // measured no faster: H200 fp32 94.2 / 88.7, bf16 84.3 / 80.8, % of copy as below).
+      const Vec<T, VEC> c1 = load<T, VEC>(cp + d1 * a.cD), c2 = load<T, VEC>(cp + d2 * a.cD);
+      const Vec<T, VEC> s1 = load<T, VEC>(sp + d1 * a.sD), s2 = load<T, VEC>(sp + d2 * a.sD);
       // Heads g, g + G, ...: kHeadUnroll rows' loads issued before any is used. Row pointers advance by adding
       // (no 64-bit multiplies in the loop).
       const int64_t xstep = a.groups * a.xH, ostep = a.groups * a.oH, dd = d2 - d1;
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs<T> a) {
         for (int u = 0; u < kHeadUnroll; ++u) {
           if (h + u * a.groups < a.H) {
             Vec<T, VEC> o1, o2;
-            rotate<CROSS>(x1[u], x2[u], c1, c2, s1, s2, o1, o2);
+            rotate<CROSS, BWD>(x1[u], x2[u], c1, c2, s1, s2, o1, o2);
             store<T, VEC>(oh + u * ostep, o1);
             store<T, VEC>(oh + u * ostep + dd, o2);
           }
@@ -176,6 +176,13 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs<T> a) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The head groups aim for waves x 2048 threads per SM: 16-bit types 1, fp32 2. H200, % of copy, forward ([S, H, D] /
+// heads first), 2 -> 1 wave: bf16 84.5 / 80.9 -> 86.0 / 83.2, fp32 91.8 / 86.9 -> 92.0 / 89.4 (at 94 registers);
+// 4 waves: bf16 78.6 / 75.4, fp32 85.7 / 81.7. MYOPS_ROPE_WAVES (1-8) overrides it (tuning; read once).
+template <class T> int rope_waves() {
+  static const int v = rr::env_knob("MYOPS_ROPE_WAVES", 0, [](int w) { return w >= 1 && w <= 8; });
+  return v ? v : sizeof(T) == 2 ? 1 : 2;
+}
 template <class T, int VEC, bool INTERLEAVED> int rope_launch(RopeArgs<T> a, int64_t positions, cudaStream_t stream) {
   a.chunks = a.D / (2 * VEC);
   // Threads along the row first; the rest of the block's 256 threads are further teams.
@@ -183,13 +190,16 @@ template <class T, int VEC, bool INTERLEAVED> int rope_launch(RopeArgs<T> a, int
   const int ty = kThreads / tx;
   // Head groups: the fewest (the most cos/sin reuse) that still give about two full waves of threads
   // (2048 per SM); 2-D positions with few heads simply get G = 1 or G = H.
-  const int64_t want = 2LL * sm_count() * 2048;
+  const int64_t want = (int64_t)rope_waves<T>() * sm_count() * 2048;
   int64_t G = 1;
   while (G < a.H && positions * G * tx < want) G *= 2;
   a.groups = std::min<int64_t>(G, a.H);
   a.teams = positions * a.groups;
+  a.gshift = (a.groups & (a.groups - 1)) == 0 ? __builtin_ctzll((unsigned long long)a.groups) : -1;
+  a.narrow = a.teams < (1LL << 32) && a.S < (1LL << 32);
   const int64_t blocks = std::min<int64_t>(ceil_div(a.teams, ty), 0x7fffffff);
-  rope_kernel<T, VEC, INTERLEAVED><<<(unsigned)blocks, dim3(tx, ty), 0, stream>>>(a);
+  if (a.backward) rope_kernel<T, VEC, INTERLEAVED, true><<<(unsigned)blocks, dim3(tx, ty), 0, stream>>>(a);
+  else rope_kernel<T, VEC, INTERLEAVED, false><<<(unsigned)blocks, dim3(tx, ty), 0, stream>>>(a);
   return launch_status();
 }
 
