@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -5,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import DEVICES, DTYPES, check_compile, check_gradcheck, check_opcheck, make_tensor, raises
+from common import DEVICES, DTYPES, check_close, check_compile, check_gradcheck, check_opcheck, make_tensor, raises
 from rowops import run_case
 
 OP = torch.ops.myops.cross_entropy.default
@@ -189,3 +193,41 @@ def test_unchecked_targets(device, shape):
     assert torch.isnan(ops.cross_entropy(x.detach(), bad, check_target=False)).item()  # the mean too
     for t in (bad, -bad):  # checked (the default) raises for either sign
         raises(ops.cross_entropy, x.detach(), t, match="outside")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cluster", [2, 8])
+def test_clustered_rows(cluster, tmp_path):
+    """The streaming forward with every row split over a cluster (MYOPS_CE_CLUSTER, read once per process: run in a
+    subprocess; by default only long rows whose waves would leave the last one part-filled take clusters): rows far
+    longer and far shorter than the cluster's threads (C = 8: one thread of 256 * cluster holds the row), smoothing,
+    an ignored row; loss and gradient against float64."""
+    cases = []
+    for shape in [(5, 32000), (3, 4096), (7, 1000), (2, 8)]:
+        for dtype in (torch.float32, torch.bfloat16):
+            for smoothing in (0.0, 0.1):
+                x = make_tensor(shape, dtype, "cpu", seed=shape[1]) * 4
+                t = targets(shape[0], shape[1], "cpu", shape[0], ignore_frac=0.0)
+                t[1] = -100
+                g = torch.randn(shape[0], generator=torch.Generator().manual_seed(1)).to(dtype)
+                cases.append((x, t, g, smoothing))
+    torch.save(cases, tmp_path / "in.pt")
+    code = f"""import torch, ops
+out = []
+for x, t, g, smoothing in torch.load({str(tmp_path / "in.pt")!r}):
+    x = x.cuda().requires_grad_()
+    loss = ops.cross_entropy(x, t.cuda(), -100, smoothing, "none")
+    (dx,) = torch.autograd.grad(loss, x, g.cuda())
+    out.append((loss.detach().cpu(), dx.cpu()))
+torch.save(out, {str(tmp_path / "out.pt")!r})
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_CLUSTER=str(cluster)),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for (x, t, g, smoothing), (loss, dx) in zip(cases, torch.load(tmp_path / "out.pt")):
+        x64 = x.double().requires_grad_()
+        ref = F.cross_entropy(x64, t, ignore_index=-100, label_smoothing=smoothing, reduction="none")
+        (dref,) = torch.autograd.grad(ref, x64, g.double())
+        check_close(loss, ref, x.dtype, what=f"loss {tuple(x.shape)} {x.dtype} smoothing {smoothing}")
+        check_close(dx, dref, x.dtype, what=f"grad {tuple(x.shape)} {x.dtype} smoothing {smoothing}")
