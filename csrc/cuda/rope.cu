@@ -188,7 +188,7 @@ template <class T, int VEC, bool INTERLEAVED> int rope_launch(RopeArgs<T> a, int
   // Threads along the row first; the rest of the block's 256 threads are further teams.
   const int tx = (int)std::min<int64_t>(a.chunks, kThreads);
   const int ty = kThreads / tx;
-  // Head groups: the fewest (the most cos/sin reuse) that still give about two full waves of threads
+  // Head groups: the fewest (the most cos/sin reuse) that still give about rope_waves() full waves of threads
   // (2048 per SM); 2-D positions with few heads simply get G = 1 or G = H.
   const int64_t want = (int64_t)rope_waves<T>() * sm_count() * 2048;
   int64_t G = 1;
