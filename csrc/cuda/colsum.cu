@@ -76,15 +76,12 @@ extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t
     using T = decltype(tag);
     using A = acc_t<T>;
     cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     const ColsumGeo geo = colsum_geo(R);
     cfg.gridDim = dim3((unsigned)ceil_div(N, (int64_t)32 * geo.cg), out1 ? 2 : 1);
     cfg.blockDim = dim3(geo.wr * geo.cg * 32);
     cfg.stream = static_cast<cudaStream_t>(stream);
-    cfg.attrs = &attr;
-    cfg.numAttrs = pdl_on() ? 1 : 0;
+    add_pdl(cfg, &attr);
     const cudaError_t e = cudaLaunchKernelEx(&cfg, colsum_kernel<A, T>, static_cast<T*>(out0), static_cast<T*>(out1),
                                              static_cast<const A*>(ws), R, N, geo.wr, geo.cg);
     if (e != cudaSuccess) return (int)e;

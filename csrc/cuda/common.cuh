@@ -72,6 +72,15 @@ inline bool pdl_on() {
   }
   return takes[dev] > 0;
 }
+// Appends the programmatic-dependent-launch attribute to cfg where pdl_on(): attrs holds cfg's cfg.numAttrs
+// attributes and has room for one more.
+inline void add_pdl(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs) {
+  if (!pdl_on()) return;
+  attrs[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs += 1;
+}
 
 // Multiprocessors of the current device (the caller's device guard selects it); cached per device.
 inline int sm_count() {

@@ -712,9 +712,6 @@ template <class T, int NS> struct Stage {
   }
 };
 
-#ifndef MYOPS_FLUSH_INLINE
-#define MYOPS_FLUSH_INLINE 0
-#endif
 // K per-column sums over rows (weight and bias gradients) of a thread's NS slots, in shared memory for kernels whose
 // registers cannot also hold them. A slot's K x VEC sums are K * VEC / 4 16-byte entries; each warp has its own
 // [NS][K * VEC / 4][32] block of them (a warp's 16-byte accesses are contiguous: no bank conflicts; the offsets are
@@ -775,8 +772,7 @@ template <class T, int NS, int K, int CTA> struct ColSums {
   __device__ __forceinline__ void flush(const unsigned char* smem, A* __restrict__ ws, const Lane& l, int N) const {
     if (l.rows == 1) return flush(ws, l.owners(), l.owner(), N, l.t, l.tpr);
     __syncthreads();
-    if constexpr (MYOPS_FLUSH_INLINE) combine_rows(smem, ws, l.owners(), l.owner(), N, l.tpr, l.rows);
-    else flush_rows(smem, ws, l.owners(), l.owner(), N, l.tpr, l.rows);
+    flush_rows(smem, ws, l.owners(), l.owner(), N, l.tpr, l.rows);
   }
   // A CTA of several rows (rows > 1 row slots of tpr threads, tpr a power of 2) writes one workspace row, `group` of
   // ws [K][groups][N]: each column's sums over its row slots (in slot order, in fp64, rounded once), read from every
@@ -785,14 +781,10 @@ template <class T, int NS, int K, int CTA> struct ColSums {
   // 17 MB) colsum took 22.5 us of layer_norm's 190 us forward and backward (H200; 12.2 after this, 4.0 with colsum's
   // 32 warps). Not inlined: inlined, it took rms_norm's fp32 backward at 4 vectors per thread (128 registers) from 0
   // to 20 bytes of spills, and its 2-vector one from 101 to 88 registers (5 CTAs per SM instead of 4; that
-  // measured faster, with colsum at 32 warps, in a run with another change: H200 fp32 forward+backward at N = 1024
-  // 96.3 against 93.4 with the call). -DMYOPS_FLUSH_INLINE=1 inlines it everywhere (A/B).
+  // measured faster at N = 1024 alone: H200 fp32 forward+backward 93.6 -> 97.1, but 97.9 -> 95.8 at [16384, 4096],
+  // 98.2 -> 96.3 at N = 1280, layer_norm bf16 87.9 -> 85.2 at [16384, 4096]; session 27).
   static __device__ __noinline__ void flush_rows(const unsigned char* smem, A* __restrict__ ws, int64_t groups,
                                                  int64_t group, int N, int tpr, int rows) {
-    combine_rows(smem, ws, groups, group, N, tpr, rows);
-  }
-  static __device__ __forceinline__ void combine_rows(const unsigned char* smem, A* __restrict__ ws, int64_t groups,
-                                                      int64_t group, int N, int tpr, int rows) {
     const float4* base = reinterpret_cast<const float4*>(smem);
     const int sh = __ffs(tpr) - 1;
     for (int f = threadIdx.x; f < (NS * Q) << sh; f += blockDim.x) {
@@ -1278,38 +1270,32 @@ template <class K> int prepare(const Geo& g, K kernel) {
 }
 
 // Launch of a fast-path kernel: grid = the CTAs that cover M rows, or at most `cap` CTAs (row loop); a multiple
-// of g.cluster, launched as clusters of that many CTAs.
+// of g.cluster, launched as clusters of that many CTAs. dependent: as a programmatic dependent (add_pdl).
 template <class... KArgs, class... Args>
-int launch(const Geo& g, int64_t grid, void (*kernel)(KArgs...), cudaStream_t stream, Args&&... args) {
+int launch_as(bool dependent, const Geo& g, int64_t grid, void (*kernel)(KArgs...), cudaStream_t stream,
+              Args&&... args) {
   if (grid <= 0) return MYOPS_OK;
   const int rc = prepare(g, kernel);
   if (rc) return rc;
-  if (g.cluster == 1) {
+  if (g.cluster == 1 && !dependent) {
     kernel<<<(unsigned)grid, (unsigned)g.threads, (size_t)g.smem, stream>>>(std::forward<Args>(args)...);
     return launch_status();
   }
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = launch_config(g, grid, stream, &attr);
+  cudaLaunchAttribute attr[2];
+  cudaLaunchConfig_t cfg = launch_config(g, grid, stream, attr);
+  if (dependent) add_pdl(cfg, attr);
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (e != cudaSuccess) return (int)e;
   return launch_status();
 }
-// launch() as a programmatic dependent (pdl_on(), common.cuh), for kernels whose first statement is pdl_wait().
+template <class... KArgs, class... Args>
+int launch(const Geo& g, int64_t grid, void (*kernel)(KArgs...), cudaStream_t stream, Args&&... args) {
+  return launch_as(false, g, grid, kernel, stream, std::forward<Args>(args)...);
+}
+// launch() as a programmatic dependent where pdl_on() (common.cuh), for kernels whose first statement is pdl_wait().
 template <class... KArgs, class... Args>
 int launch_dependent(const Geo& g, int64_t grid, void (*kernel)(KArgs...), cudaStream_t stream, Args&&... args) {
-  if (!pdl_on()) return launch(g, grid, kernel, stream, std::forward<Args>(args)...);
-  if (grid <= 0) return MYOPS_OK;
-  const int rc = prepare(g, kernel);
-  if (rc) return rc;
-  cudaLaunchAttribute attr[2];
-  cudaLaunchConfig_t cfg = launch_config(g, grid, stream, attr);
-  attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs += 1;
-  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-  if (e != cudaSuccess) return (int)e;
-  return launch_status();
+  return launch_as(pdl_on(), g, grid, kernel, stream, std::forward<Args>(args)...);
 }
 inline int64_t cover_grid(const Geo& g, int64_t M) {
   return std::min<int64_t>(ceil_div(M, g.rows), (1 << 30) / g.cluster) * g.cluster;
