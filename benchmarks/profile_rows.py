@@ -4,7 +4,8 @@
         --section WarpStateStats --section MemoryWorkloadAnalysis python benchmarks/profile_rows.py rms_norm_backward
 
 Each named op (default: rms_norm layer_norm) runs 3 times on [16384, 4096] bf16 (cross_entropy: [4096, 32000]);
-MYOPS_PROF_SHAPE=1024,65536 and MYOPS_PROF_DTYPE=fp32 change the shape and dtype of the row ops. The *_compile
+MYOPS_PROF_SHAPE=1024,65536 and MYOPS_PROF_DTYPE=fp32 change the shape and dtype of the row ops; a 3-d shape
+([S, H, D]) adds rope and rope_compile. The *_compile
 entries run torch.compile's kernel of the same expression (the benchmark's; its triton kernels match -k regex:triton).
 """
 import os
@@ -36,6 +37,13 @@ RUN = {
         lambda: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)),
     "layer_norm_compile": torch.compile(lambda: F.layer_norm(x, x.shape[-1:], w, w)),
 }
+if x.dim() == 3:  # rope: x [S, H, D] (MYOPS_PROF_SHAPE=16384,32,128), cos/sin [S, D] of random angles
+    theta = torch.randn(shape[0], shape[2], device="cuda") * 3
+    cs, sn = theta.cos().to(dtype), theta.sin().to(dtype)
+    half = shape[2] // 2
+    RUN["rope"] = lambda: m.rope(x, cs, sn, False, False)
+    RUN["rope_compile"] = torch.compile(lambda: x * cs.unsqueeze(-2) + torch.cat((-x[..., half:], x[..., :half]), -1)
+                                        * sn.unsqueeze(-2))
 for name in sys.argv[1:] or ["rms_norm", "layer_norm"]:
     for _ in range(3):
         RUN[name]()

@@ -1,4 +1,7 @@
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -161,10 +164,13 @@ def test_fast_path_shapes(device, dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("shape,heads_first", [((2, 1024, 40, 128), False), ((3, 12, 700, 64), True),
-                                               ((5000, 3, 66), False)])
+                                               ((1, 70, 33, 128), True), ((3, 5, 8192), False),
+                                               ((2, 3, 4, 12288), True), ((5000, 3, 66), False)])
 def test_cuda_grids(dtype, shape, heads_first):
-    """Sizes where the CUDA launcher splits the heads of a position across several teams (G between 1 and H, a
-    partial last round of heads), and a scalar-path D with many positions."""
+    """Sizes for both CUDA kernels (the flat kernel by default, the register kernel in test_register_kernel): many
+    heads (the register kernel's teams split a position's heads, G between 1 and H, a partial last round), long rows
+    (D = 8192, 12288: a thread's vector loop), heads first with an odd head count, and a scalar-path D with many
+    positions (the register kernel under both)."""
     g = torch.Generator().manual_seed(2)
     S, D = shape[-2] if heads_first else shape[-3], shape[-1]
     x = torch.randn(shape, generator=g).to(dtype=dtype, device="cuda")
@@ -173,6 +179,18 @@ def test_cuda_grids(dtype, shape, heads_first):
     for il in (False, True):
         check_against_eager(lambda a, c, s: ops.rope(a, c, s, heads_first, il),
                             lambda a, c, s: eager(a, c, s, heads_first, il), None, [x, cos, sin], grad_inputs=[0])
+
+
+@pytest.mark.cuda
+def test_register_kernel():
+    """The CUDA tests above with the register kernel on every layout (MYOPS_ROPE_FLAT=0, read once per process: run
+    in a subprocess; by default the flat kernel takes every 16-byte layout)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-q", "-p", "no:cacheprovider",
+                        "-k", "fast_path_shapes or cuda_grids"], cwd=root, env=dict(os.environ, MYOPS_ROPE_FLAT="0"),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
 
 
 @pytest.mark.parametrize("device", DEVICES)

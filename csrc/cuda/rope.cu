@@ -11,18 +11,34 @@
 // The backward is the transposed rotation, i.e. the forward with sin'[d1] = -sin[d2] and sin'[d2] = -sin[d1]:
 // the kernel's BWD variant (rotate<.., BWD>) reads the partner's sin and flips the signs in its formula.
 //
-// Bandwidth: x is read once and out written once; cos/sin ([B, S, D], 1/H of x) are what may be re-read. A team
-// of tx threads owns one (b, s) position and one group of heads: it loads that position's cos/sin slice once into
-// registers (in T, converted where used) and reuses it for every head it visits (h = g, g + G, ...), two heads'
-// loads in flight at a time. (Held in fp32, the 16-bit kernel took 127 registers, and computing the team's position
-// took two 64-bit divisions; H200, bf16 forward, % of copy, [S, H, D] / heads first, with both changes: 79.9 / 76.7
-// -> 84.5 / 80.9, 86.0 / 83.2 with the waves below; fp32 94.6 / 89.7 -> 91.8 / 86.9 at 94 registers, 94.9 / 90.2
-// held to 80.) Thread c of a team owns two 16-byte vectors of a row of D: NeoX the vectors at c*VEC and D/2 + c*VEC
-// (element e of one pairs with element e of the other), interleaved the adjacent vectors at 2c*VEC and
-// 2c*VEC + VEC (pairs inside each vector). A row of D is one contiguous span per half, so a team's loads and
-// stores cover whole 32-byte sectors. The number of head groups G is chosen so that the grid fills the chip.
-// Layouts the vector path cannot take (D not a multiple of 2*VEC, misaligned pointers or strides, strided cos/sin
-// rows) run the same kernel with VEC = 1: one pair per thread and head.
+// Bandwidth: x is read once and out written once; cos/sin ([B, S, D], 1/H of x) are what may be re-read. Two kernels:
+//
+// The flat kernel (rope_flat_kernel: fp32 and 16-bit 16-byte layouts, the default) gives each thread one 16-byte
+// output vector (of K heads at one position), reading cos/sin per thread, mostly from L1: about 30 registers, so
+// the SMs hold their full 2048 threads. H200, % of copy, forward [S, H, D] / heads first, register kernel -> flat
+// kernel: bf16 86.0 / 83.3 -> 90.2 / 90.5, fp32 94.8 / 90.0 -> 96.2 / 94.6; forward+backward bf16 87.2 / 84.3 ->
+// 91.2 / 91.5, fp32 95.2 / 90.4 -> 96.5 / 95.5 (torch.compile in the same runs: 94.6 / 93.6 forward, 90.7 / 89.8
+// forward+backward bf16; fp32 99.6 / 93.0, 97.6 / 93.4).
+//
+// The register kernel (rope_kernel: fp64, layouts without 16-byte vectors, indices over 2^31) gives a team of tx
+// threads one (b, s) position and one group of heads: it loads that position's cos/sin slice once into registers
+// (in T, converted where used) and reuses it for every head it visits (h = g, g + G, ...), two heads' loads in
+// flight at a time. Its 16-bit variant holds 119 registers (512 threads per SM), which left HBM waiting on its
+// loads (Nsight Compute, bf16 [S, H, D]: 0.7 eligible warps per scheduler, long-scoreboard stalls first). (Held in
+// fp32, the 16-bit kernel took 127 registers, and computing the team's position took two 64-bit divisions; H200,
+// bf16 forward, % of copy, [S, H, D] / heads first, with both changes: 79.9 / 76.7 -> 84.5 / 80.9, 86.0 / 83.2
+// with the waves below; fp32 94.6 / 89.7 -> 91.8 / 86.9 at 94 registers, 94.9 / 90.2 held to 80.) Thread c of a
+// team owns two 16-byte vectors of a row of D: NeoX the vectors at c*VEC and D/2 + c*VEC (element e of one pairs
+// with element e of the other), interleaved the adjacent vectors at 2c*VEC and 2c*VEC + VEC (pairs inside each
+// vector). A row of D is one contiguous span per half, so a team's loads and stores cover whole 32-byte sectors.
+// The number of head groups G is chosen so that the grid fills the chip. Layouts the vector path cannot take (D
+// not a multiple of 2*VEC, misaligned pointers or strides, strided cos/sin rows) run it with VEC = 1: one pair per
+// thread and head.
+//
+// Measured and not taken (H200, bf16 forward [S, H, D] / heads first, % of copy, against the register kernel's
+// 86 / 83): the register kernel with the next head group's rows prefetched into L2 (cp.async.bulk.prefetch) 85.5 /
+// 82.8; a thread per vector pair and head (64 registers) 81.0 / 77.4; a bulk-copy pipeline (a persistent grid, a
+// position's rows brought into shared memory stages by cp.async.bulk, 3 CTAs of 80 registers per SM) 83.1 / 68.0.
 #include "regrow.cuh"  // (rr::env_knob)
 
 namespace {
@@ -174,6 +190,144 @@ __global__ void __launch_bounds__(kThreads, kRopeMinCtas<T>) rope_kernel(const R
   }
 }
 
+// n / d for n < 2^31 as one high multiply, an add and a shift (d < 2^31): with s = ceil(log2 d) and
+// m = floor(2^32 (2^s - d) / d) + 1, n / d = (umulhi(n, m) + n) >> s (Granlund and Montgomery's method).
+struct FastDiv {
+  uint32_t m = 1, s = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t d) {
+    while ((1ull << s) < d) ++s;
+    m = (uint32_t)(((1ull << 32) * ((1ull << s) - d)) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t operator()(uint32_t n) const { return (__umulhi(n, m) + n) >> s; }
+};
+
+struct FlatArgs {
+  uint32_t n;              // threads: B * outer * inner * nv (< 2^31)
+  uint32_t nv, inner, outer;
+  uint32_t hk;             // H / K: a thread's heads are hb + k * hk, k < K
+  FastDiv by_nv, by_inner, by_outer;
+};
+
+// The flat kernel (16-byte layouts, every thread index under 2^31): one thread per 16-byte vector v of the output's
+// rows at one position and K heads (hb, hb + H / K, ...), consecutive threads walking the output in memory order (v,
+// then the inner of the positions and the H / K head bases, then the outer, then B: INNER_H when the heads are the
+// inner dim). A NeoX thread reads its own x vector and its partner's (the other half of the row: one of them an L1
+// hit of a neighbouring thread's load), cos and sin at its own columns (the backward: sin at the partner's) once for
+// its K heads; an interleaved thread reads its own vectors alone. About 30-40 registers: the SMs' full 2048 threads,
+// where the register kernel's 16-bit variant held 119 registers (512 threads) and waited on its loads. NARROW: every
+// element offset fits 32 bits (the launcher checked), so the offsets take 32-bit multiplies.
+template <class T, bool INTERLEAVED, bool BWD, bool INNER_H, int K, bool NARROW>
+__global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a, const FlatArgs f) {
+  constexpr int VEC = 16 / sizeof(T);
+  using A = acc_t<T>;
+  using Off = std::conditional_t<NARROW, uint32_t, int64_t>;
+  const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
+  if (i >= f.n) return;
+  const uint32_t r = f.by_nv(i), rest = f.by_inner(r), bb = f.by_outer(rest);
+  const uint32_t ii = r - rest * f.inner, oo = rest - bb * f.outer;
+  const Off b = bb, s = INNER_H ? oo : ii, hb = INNER_H ? ii : oo;
+  const Off d = (Off)(i - r * f.nv) * VEC;
+  const T* cr = a.cos + (b * (Off)a.cB + s * (Off)a.cS);  // [D]
+  const T* sr = a.sin + (b * (Off)a.sB + s * (Off)a.sS);  // [D]
+  const Off xrow = b * (Off)a.xB + s * (Off)a.xS, orow = b * (Off)a.oB + s * (Off)a.oS;
+  if constexpr (INTERLEAVED) {
+    const Vec<T, VEC> c = load<T, VEC>(cr + d), sn = load<T, VEC>(sr + d);
+    Vec<T, VEC> x[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) x[k] = load<T, VEC>(a.x + (xrow + (hb + k * f.hk) * (Off)a.xH + d));
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      Vec<T, VEC> o;
+#pragma unroll
+      for (int e = 0; e < VEC; e += 2) {
+        const A x0 = to_acc(x[k].v[e]), x1 = to_acc(x[k].v[e + 1]);
+        const A p0 = mul_rn(x1, to_acc(sn.v[BWD ? e + 1 : e])), p1 = mul_rn(x0, to_acc(sn.v[BWD ? e : e + 1]));
+        o.v[e] = from_acc<T>(mul_rn(x0, to_acc(c.v[e])) + (BWD ? p0 : -p0));
+        o.v[e + 1] = from_acc<T>(mul_rn(x1, to_acc(c.v[e + 1])) + (BWD ? -p1 : p1));
+      }
+      store<T, VEC>(a.out + (orow + (hb + k * f.hk) * (Off)a.oH + d), o);
+    }
+  } else {
+    const Off half = (Off)(a.D / 2);
+    const bool first = d < half;
+    const Off dp = first ? d + half : d - half;  // the partner's columns
+    const Vec<T, VEC> c = load<T, VEC>(cr + d), sn = load<T, VEC>(sr + (BWD ? dp : d));
+    Vec<T, VEC> x[K], xp[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const T* xr = a.x + (xrow + (hb + k * f.hk) * (Off)a.xH);
+      x[k] = load<T, VEC>(xr + d);
+      xp[k] = load<T, VEC>(xr + dp);
+    }
+    const bool minus = first != BWD;  // forward: out = x c - x' s in the first half; the backward flips the sign
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      Vec<T, VEC> o;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const A p = mul_rn(to_acc(xp[k].v[e]), to_acc(sn.v[e]));
+        o.v[e] = from_acc<T>(mul_rn(to_acc(x[k].v[e]), to_acc(c.v[e])) + (minus ? -p : p));
+      }
+      store<T, VEC>(a.out + (orow + (hb + k * f.hk) * (Off)a.oH + d), o);
+    }
+  }
+}
+
+// MYOPS_ROPE_FLAT: 1 (default) the flat kernel where it applies, 0 the register kernel (A/B, tests). MYOPS_ROPE_HEADS:
+// heads per flat thread (K: 1, or 2 where H is even; 0 or unset: flat_heads()). Read once.
+int rope_flat_mode() {
+  static const int v = rr::env_knob("MYOPS_ROPE_FLAT", 1, [](int m) { return m == 0 || m == 1; });
+  return v;
+}
+// K: 2 for fp32 with the heads inner, else 1. H200, % of copy, forward [S, H, D] / heads first, K = 1 -> 2: bf16
+// 90.2 / 90.5 -> 84.4 / 84.1 (42 registers, 1280 threads per SM; held to 32 it spilled), fp32 95.0 / 94.6 -> 96.2 /
+// 92.5.
+template <class T> int flat_heads(int64_t H, bool inner_h) {
+  static const int v = rr::env_knob("MYOPS_ROPE_HEADS", 0, [](int m) { return m >= 0 && m <= 2; });
+  if (H % 2 != 0) return 1;
+  return v ? v : sizeof(T) == 4 && inner_h ? 2 : 1;
+}
+// Whether every element offset b * sB + s * sS + h * sH + d of a [B, S, H, D] operand with these strides fits 32 bits.
+bool offsets_fit(int64_t B, int64_t S, int64_t H, int64_t D, int64_t sB, int64_t sS, int64_t sH) {
+  if (sB < 0 || sS < 0 || sH < 0) return false;
+  const double last = (double)(B - 1) * sB + (double)(S - 1) * sS + (double)(H - 1) * sH + (double)D;
+  return last < 2147483647.0;
+}
+template <class T, bool INTERLEAVED> int rope_flat_launch(const RopeArgs<T>& a, int64_t B, cudaStream_t stream) {
+  constexpr int VEC = 16 / sizeof(T);
+  // The inner dim is the output's (heads for [S, H, D], positions heads first). H200, % of copy, bf16 forward, the
+  // other order: [S, H, D] 87.9 -> 79.0, heads first 88.3 -> 85.1.
+  const bool inner_h = std::llabs(a.oH) <= std::llabs(a.oS);
+  const int K = flat_heads<T>(a.H, inner_h);
+  // 32-bit offsets: H200, % of copy, bf16 forward [S, H, D] / heads first, 64-bit -> 32-bit 82.4 / 82.6 -> 90.2 /
+  // 90.5, fp32 (K = 2) 92.9 / 90.8 -> 96.2 / 92.5.
+  const bool narrow = offsets_fit(B, a.S, a.H, a.D, a.xB, a.xS, a.xH) && offsets_fit(B, a.S, a.H, a.D, a.oB, a.oS, a.oH) &&
+                      offsets_fit(B, a.S, 1, a.D, a.cB, a.cS, 0) && offsets_fit(B, a.S, 1, a.D, a.sB, a.sS, 0);
+  FlatArgs f;
+  f.nv = (uint32_t)(a.D / VEC);
+  f.hk = (uint32_t)(a.H / K);
+  f.inner = (uint32_t)(inner_h ? f.hk : a.S);
+  f.outer = (uint32_t)(inner_h ? a.S : f.hk);
+  f.n = (uint32_t)(B * a.S * f.hk * f.nv);
+  f.by_nv = FastDiv(f.nv), f.by_inner = FastDiv(f.inner), f.by_outer = FastDiv(f.outer);
+  const unsigned blocks = (unsigned)ceil_div(f.n, kThreads);
+  const auto go = [&](auto kernel) { kernel<<<blocks, kThreads, 0, stream>>>(a, f); };
+  // (BWD, INNER_H, K, NARROW) as template arguments, one bit each
+  const auto pick = [&](auto bwd, auto inner, auto k2) {
+    constexpr bool BWD = decltype(bwd)::value, INNER = decltype(inner)::value;
+    constexpr int KK = decltype(k2)::value ? 2 : 1;
+    narrow ? go(rope_flat_kernel<T, INTERLEAVED, BWD, INNER, KK, true>)
+           : go(rope_flat_kernel<T, INTERLEAVED, BWD, INNER, KK, false>);
+  };
+  using t = std::true_type;
+  using n = std::false_type;
+  const auto by_k = [&](auto bwd, auto inner) { K == 2 ? pick(bwd, inner, t{}) : pick(bwd, inner, n{}); };
+  const auto by_inner = [&](auto bwd) { inner_h ? by_k(bwd, t{}) : by_k(bwd, n{}); };
+  a.backward ? by_inner(t{}) : by_inner(n{});
+  return launch_status();
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // The head groups aim for waves x 2048 threads per SM: 16-bit types 1, fp32 2. H200, % of copy, forward ([S, H, D] /
@@ -211,6 +365,11 @@ template <class T> int rope_typed(const RopeArgs<T>& a, int64_t positions, bool 
   vec = vec && aligned16(a.x) && aligned16(a.out) && aligned16(a.cos) && aligned16(a.sin);
   const int64_t strides[] = {a.xB, a.xS, a.xH, a.oB, a.oS, a.oH, a.cB, a.cS, a.sB, a.sS};
   for (const int64_t st : strides) vec = vec && st % VEC == 0;
+  // The flat kernel's indices are 32-bit: every vector's index under 2^31.
+  if (vec && sizeof(T) < 8 && rope_flat_mode() == 1 && positions * a.H * (a.D / VEC) < (1LL << 31)) {
+    const int64_t B = positions / a.S;
+    return interleaved ? rope_flat_launch<T, true>(a, B, stream) : rope_flat_launch<T, false>(a, B, stream);
+  }
   if (interleaved) {
     return vec ? rope_launch<T, VEC, true>(a, positions, stream) : rope_launch<T, 1, true>(a, positions, stream);
   }
