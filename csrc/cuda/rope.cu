@@ -42,6 +42,8 @@
 // 86 / 83): the register kernel with the next head group's rows prefetched into L2 (cp.async.bulk.prefetch) 85.5 /
 // 82.8; a thread per vector pair and head (64 registers) 81.0 / 77.4; a bulk-copy pipeline (a persistent grid, a
 // position's rows brought into shared memory stages by cp.async.bulk, 3 CTAs of 80 registers per SM) 83.1 / 68.0.
+#include <type_traits>
+
 #include "regrow.cuh"  // (rr::env_knob)
 
 namespace {
@@ -88,8 +90,8 @@ template <class T, int VEC> __device__ __forceinline__ void store(T* p, const Ve
 }
 
 // Separately rounded products, as eager PyTorch's x * cos + rotate_half(x) * sin rounds them (no FMA contraction):
-// fp32 and fp64 results equal eager's bit for bit, and half types round once, from fp32. One instruction more per
-// element than an FMA, far below the memory time.
+// fp32 and fp64 results equal eager's bit for bit. Half types compute in fp32 and round once, to 16 bits (mul_add
+// below contracts their first product into an FMA).
 __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 
@@ -326,7 +328,8 @@ template <class T, bool INTERLEAVED> int rope_flat_launch(const RopeArgs<T>& a, 
   const int K = flat_heads<T>(a.H, inner_h);
   // 32-bit offsets: H200, % of copy, bf16 forward [S, H, D] / heads first, 64-bit -> 32-bit 82.4 / 82.6 -> 90.2 /
   // 90.5, fp32 (K = 2) 92.9 / 90.8 -> 96.2 / 92.5.
-  const bool narrow = offsets_fit(B, a.S, a.H, a.D, a.xB, a.xS, a.xH) && offsets_fit(B, a.S, a.H, a.D, a.oB, a.oS, a.oH) &&
+  const bool narrow = offsets_fit(B, a.S, a.H, a.D, a.xB, a.xS, a.xH) &&
+                      offsets_fit(B, a.S, a.H, a.D, a.oB, a.oS, a.oH) &&
                       offsets_fit(B, a.S, 1, a.D, a.cB, a.cS, 0) && offsets_fit(B, a.S, 1, a.D, a.sB, a.sS, 0);
   FlatArgs f;
   f.nv = (uint32_t)(a.D / VEC);
