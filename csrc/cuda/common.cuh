@@ -133,9 +133,9 @@ __device__ __forceinline__ uint4 ld16(const void* p, L2Hint h) {
 
 // Whether a kernel's streamed loads take the L2 evict_last policy (L2Hint), by the bytes the op reads. Taken by the
 // forward kernels of the norms, softmax and log_softmax (register, staged and long-row), softmax's backward,
-// cross_entropy's backward and the elementwise kernels; not by the norms' backward (rms_norm bf16 [16384, 4096]
-// forward+backward 85.6 -> 75.0% of copy with dy and x hinted) nor cross_entropy's forward (it only reads: no
-// written lines to make room for). Paired runs against plain loads, % of copy (torch 2.11): H200 forwards +2 to +4 at
+// cross_entropy's backward, rope's flat kernel and the elementwise kernels; not by the norms' backward (rms_norm
+// bf16 [16384, 4096] forward+backward 85.6 -> 75.0% of copy with dy and x hinted) nor cross_entropy's forward (it
+// only reads: no written lines to make room for). Paired runs against plain loads, % of copy (torch 2.11): H200 forwards +2 to +4 at
 // [16384, 4096] (rms_norm fp32 93.5 -> 97.1, softmax bf16 90.1 -> 94.2), N = 65536 and 262144, and at [2048 to
 // 8192, 4096]; H100 +1 to +2. The exception: softmax fp32 N = 262144, 1.5 points slower on both (with the policy
 // off as well). Inductor's reductions load with the same policy. MYOPS_L2_LAST_MB=n takes it from n MB read

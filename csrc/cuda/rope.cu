@@ -21,7 +21,10 @@
 // forward+backward bf16; fp32 99.6 / 93.0, 97.6 / 93.4). Then the 16-bit products as one FMA and the partner's sign
 // flipped on its packed words (158 instructions per thread instead of about 170): bf16 forward 90.9 / 90.8,
 // forward+backward 92.1 / 92.1. A thread per vector pair (the partner's loads and conversions shared; 40 registers,
-// 106 instructions per 16 bytes): 90.9 / 89.1, fp32 95.4 / 93.0 (own vectors 96.0 / 94.7), not taken.
+// 106 instructions per 16 bytes): 90.9 / 89.1, fp32 95.4 / 93.0 (own vectors 96.0 / 94.7), not taken. Then its
+// loads under the L2 evict_last policy (as the row ops' and elementwise ops' forwards; MYOPS_L2_LAST_MB), plain ->
+// hinted, means of two rounds: forward bf16 90.4 / 90.4 -> 91.1 / 91.3, fp32 96.2 / 94.6 -> 98.9 / 95.7;
+// forward+backward bf16 91.3 / 91.4 -> 91.8 / 92.0, fp32 96.6 / 95.6 -> 99.1 / 96.4.
 //
 // The register kernel (rope_kernel: fp64, layouts without 16-byte vectors, indices over 2^31) gives a team of tx
 // threads one (b, s) position and one group of heads: it loads that position's cos/sin slice once into registers
@@ -233,7 +236,17 @@ struct FlatArgs {
   uint32_t nv, inner, outer;
   uint32_t hk;             // H / K: a thread's heads are hb + k * hk, k < K
   FastDiv by_nv, by_inner, by_outer;
+  bool last;               // x, cos and sin load under the L2 evict_last policy (common.cuh, l2_last)
 };
+
+// 16 bytes at p under the L2 policy h.
+template <class T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_hint(const T* p, L2Hint h) {
+  static_assert(sizeof(Vec<T, VEC>) == 16, "16-byte vectors");
+  const uint4 q = ld16(p, h);
+  Vec<T, VEC> v;
+  memcpy(&v, &q, 16);
+  return v;
+}
 
 // The flat kernel (16-byte layouts, every thread index under 2^31): one thread per 16-byte vector v of the output's
 // rows at one position and K heads (hb, hb + H / K, ...), consecutive threads walking the output in memory order (v,
@@ -250,6 +263,7 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
   using Off = std::conditional_t<NARROW, uint32_t, int64_t>;
   const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= f.n) return;
+  const L2Hint hint = l2_hint(f.last);
   const uint32_t r = f.by_nv(i), rest = f.by_inner(r), bb = f.by_outer(rest);
   const uint32_t ii = r - rest * f.inner, oo = rest - bb * f.outer;
   const Off b = bb, s = INNER_H ? oo : ii, hb = INNER_H ? ii : oo;
@@ -258,10 +272,10 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
   const T* sr = a.sin + (b * (Off)a.sB + s * (Off)a.sS);  // [D]
   const Off xrow = b * (Off)a.xB + s * (Off)a.xS, orow = b * (Off)a.oB + s * (Off)a.oS;
   if constexpr (INTERLEAVED) {
-    const Vec<T, VEC> c = load<T, VEC>(cr + d), sn = load<T, VEC>(sr + d);
+    const Vec<T, VEC> c = load_hint<T, VEC>(cr + d, hint), sn = load_hint<T, VEC>(sr + d, hint);
     Vec<T, VEC> x[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) x[k] = load<T, VEC>(a.x + (xrow + (hb + k * f.hk) * (Off)a.xH + d));
+    for (int k = 0; k < K; ++k) x[k] = load_hint<T, VEC>(a.x + (xrow + (hb + k * f.hk) * (Off)a.xH + d), hint);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       Vec<T, VEC> o;
@@ -278,13 +292,13 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
     const Off half = (Off)(a.D / 2);
     const bool first = d < half;
     const Off dp = first ? d + half : d - half;  // the partner's columns
-    const Vec<T, VEC> c = load<T, VEC>(cr + d), sn = load<T, VEC>(sr + (BWD ? dp : d));
+    const Vec<T, VEC> c = load_hint<T, VEC>(cr + d, hint), sn = load_hint<T, VEC>(sr + (BWD ? dp : d), hint);
     Vec<T, VEC> x[K], xp[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const T* xr = a.x + (xrow + (hb + k * f.hk) * (Off)a.xH);
-      x[k] = load<T, VEC>(xr + d);
-      xp[k] = load<T, VEC>(xr + dp);
+      x[k] = load_hint<T, VEC>(xr + d, hint);
+      xp[k] = load_hint<T, VEC>(xr + dp, hint);
     }
     const bool minus = first != BWD;  // forward: out = x c - x' s in the first half; the backward flips the sign
 #pragma unroll
@@ -338,6 +352,7 @@ template <class T, bool INTERLEAVED> int rope_flat_launch(const RopeArgs<T>& a, 
   f.outer = (uint32_t)(inner_h ? a.S : f.hk);
   f.n = (uint32_t)(B * a.S * f.hk * f.nv);
   f.by_nv = FastDiv(f.nv), f.by_inner = FastDiv(f.inner), f.by_outer = FastDiv(f.outer);
+  f.last = l2_last((int64_t)f.n * K * 16);
   const unsigned blocks = (unsigned)ceil_div(f.n, kThreads);
   const auto go = [&](auto kernel) { kernel<<<blocks, kThreads, 0, stream>>>(a, f); };
   // (BWD, INNER_H, K, NARROW) as template arguments, one bit each
