@@ -131,15 +131,28 @@ __device__ __forceinline__ uint4 ld16(const void* p, L2Hint h) {
   return q;
 }
 
+// VEC elements at p (VEC > 1: one 16-byte load, p 16-byte aligned) under the L2 policy h.
+template <class T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_vec(const T* p, L2Hint h) {
+  if constexpr (VEC > 1) {
+    static_assert(sizeof(Vec<T, VEC>) == 16, "vectors are 16 bytes");
+    const uint4 q = ld16(p, h);
+    Vec<T, VEC> v;
+    memcpy(&v, &q, 16);
+    return v;
+  } else {
+    return Vec<T, 1>{{*p}};
+  }
+}
+
 // Whether a kernel's streamed loads take the L2 evict_last policy (L2Hint), by the bytes the op reads. Taken by the
 // forward kernels of the norms, softmax and log_softmax (register, staged and long-row), softmax's backward,
 // cross_entropy's backward, rope's flat kernel and the elementwise kernels; not by the norms' backward (rms_norm
 // bf16 [16384, 4096] forward+backward 85.6 -> 75.0% of copy with dy and x hinted) nor cross_entropy's forward (it
-// only reads: no written lines to make room for). Paired runs against plain loads, % of copy (torch 2.11): H200 forwards +2 to +4 at
-// [16384, 4096] (rms_norm fp32 93.5 -> 97.1, softmax bf16 90.1 -> 94.2), N = 65536 and 262144, and at [2048 to
-// 8192, 4096]; H100 +1 to +2. The exception: softmax fp32 N = 262144, 1.5 points slower on both (with the policy
-// off as well). Inductor's reductions load with the same policy. MYOPS_L2_LAST_MB=n takes it from n MB read
-// (default 0: always; a large n never).
+// only reads: no written lines to make room for). Paired runs against plain loads, % of copy (torch 2.11): H200
+// forwards +2 to +4 at [16384, 4096] (rms_norm fp32 93.5 -> 97.1, softmax bf16 90.1 -> 94.2), N = 65536 and 262144,
+// and at [2048 to 8192, 4096]; H100 +1 to +2. The exception: softmax fp32 N = 262144, 1.5 points slower on both
+// (with the policy off as well). Inductor's reductions load with the same policy. MYOPS_L2_LAST_MB=n takes it from n
+// MB read (default 0: always; a large n never).
 inline bool l2_last(int64_t bytes_read) {
   static const int64_t from_mb = [] {
     const char* e = std::getenv("MYOPS_L2_LAST_MB");

@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_bwd_kernel(myops_out_operan
 // vectors with the next group's loads in flight 57.2-70.3 / 82.3 / 80.1 / 87.4. CLUSTER: a row split over a cluster of
 // CTAs (tpr = the cluster's threads; RowReduce combines the pairs over it), for long rows whose single-CTA waves leave
 // much of the last one empty (see ce_cluster). Else tpr = THREADS.
-template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = 256>
+constexpr int kStreamThreads = 256;  // the streaming forward's CTA
+template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads>
 __global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restrict__ loss,           // [M]
                                                              acc_t<T>* __restrict__ stats,          // [M, 2]
                                                              const T* __restrict__ x, int64_t xs,   // [M, C]
@@ -228,7 +229,7 @@ template <class K> int ce_cluster(K kernel, int64_t M, int64_t C, int es) {
   if (knob) return knob;
   int per_sm = 0;
   if (C * es < kCeClusterBytes ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, 0) != cudaSuccess || per_sm < 1) {
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kStreamThreads, 0) != cudaSuccess || per_sm < 1) {
     (void)cudaGetLastError();
     return 1;
   }
@@ -386,7 +387,7 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
             rr::Geo g;
             g.ns = 4;
             g.cluster = ce_cluster(plain, M, C, es);
-            g.threads = 256;
+            g.threads = kStreamThreads;
             g.tpr = g.threads * g.cluster;
             g.rows = 1;
             return rr::launch(g, rr::cover_grid(g, M), g.cluster > 1 ? clustered : plain, st, static_cast<A*>(rows),

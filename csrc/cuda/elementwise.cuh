@@ -35,18 +35,6 @@ template <int NIN, int NOUT> struct EwArgs {
   bool last;  // the inputs' loads under the L2 evict_last policy (common.cuh, l2_last)
 };
 
-template <class T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_vec(const T* p, L2Hint h) {
-  if constexpr (VEC > 1) {
-    static_assert(sizeof(Vec<T, VEC>) == 16, "vectors are 16 bytes");
-    const uint4 q = ld16(p, h);
-    Vec<T, VEC> v;
-    memcpy(&v, &q, 16);
-    return v;
-  } else {
-    return Vec<T, 1>{{*p}};
-  }
-}
-
 template <class Op, class T, int VEC>
 __device__ __forceinline__ void ew_apply(const Op& op, const Vec<T, VEC> (&x)[Op::NIN], Vec<T, VEC> (&y)[Op::NOUT]) {
   using C = acc_t<T>;

@@ -121,6 +121,24 @@ template <class T, int VEC> __device__ __forceinline__ Vec<T, VEC> negate_if(Vec
   return v;
 }
 
+// The interleaved rotation inside one vector x: elements 2k and 2k + 1 pair up (see rotate below).
+template <bool BWD, class T, int VEC>
+__device__ __forceinline__ void rotate_pairs(const Vec<T, VEC>& x, const Vec<T, VEC>& c, const Vec<T, VEC>& s,
+                                             Vec<T, VEC>& o) {
+  using A = acc_t<T>;
+#pragma unroll
+  for (int e = 0; e < VEC; e += 2) {
+    const A a = to_acc(x.v[e]), b = to_acc(x.v[e + 1]), ca = to_acc(c.v[e]), cb = to_acc(c.v[e + 1]);
+    if constexpr (BWD) {
+      o.v[e] = from_acc<T>(mul_add<T>(a, ca, mul_rn(b, to_acc(s.v[e + 1]))));
+      o.v[e + 1] = from_acc<T>(mul_add<T>(b, cb, -mul_rn(a, to_acc(s.v[e]))));
+    } else {
+      o.v[e] = from_acc<T>(mul_add<T>(a, ca, -mul_rn(b, to_acc(s.v[e]))));
+      o.v[e + 1] = from_acc<T>(mul_add<T>(b, cb, mul_rn(a, to_acc(s.v[e + 1]))));
+    }
+  }
+}
+
 // out[d1] = a c[d1] - b s[d1], out[d2] = b c[d2] + a s[d2] for the VEC pairs of the two vectors x1, x2.
 // CROSS (NeoX, or any pairing with VEC == 1): element e of x1 pairs with element e of x2. Otherwise (interleaved,
 // VEC > 1): elements 2k and 2k + 1 of each vector pair up.
@@ -144,21 +162,8 @@ __device__ __forceinline__ void rotate(const Vec<T, VEC>& x1, const Vec<T, VEC>&
       }
     }
   } else {
-    const auto pairs = [](const Vec<T, VEC>& x, const Vec<T, VEC>& c, const Vec<T, VEC>& s, Vec<T, VEC>& o) {
-#pragma unroll
-      for (int e = 0; e < VEC; e += 2) {
-        const A a = to_acc(x.v[e]), b = to_acc(x.v[e + 1]), ca = to_acc(c.v[e]), cb = to_acc(c.v[e + 1]);
-        if constexpr (BWD) {
-          o.v[e] = from_acc<T>(mul_add<T>(a, ca, mul_rn(b, to_acc(s.v[e + 1]))));
-          o.v[e + 1] = from_acc<T>(mul_add<T>(b, cb, -mul_rn(a, to_acc(s.v[e]))));
-        } else {
-          o.v[e] = from_acc<T>(mul_add<T>(a, ca, -mul_rn(b, to_acc(s.v[e]))));
-          o.v[e + 1] = from_acc<T>(mul_add<T>(b, cb, mul_rn(a, to_acc(s.v[e + 1]))));
-        }
-      }
-    };
-    pairs(x1, c1, s1, o1);
-    pairs(x2, c2, s2, o2);
+    rotate_pairs<BWD>(x1, c1, s1, o1);
+    rotate_pairs<BWD>(x2, c2, s2, o2);
   }
 }
 
@@ -239,14 +244,6 @@ struct FlatArgs {
   bool last;               // x, cos and sin load under the L2 evict_last policy (common.cuh, l2_last)
 };
 
-// 16 bytes at p under the L2 policy h.
-template <class T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_hint(const T* p, L2Hint h) {
-  static_assert(sizeof(Vec<T, VEC>) == 16, "16-byte vectors");
-  const uint4 q = ld16(p, h);
-  Vec<T, VEC> v;
-  memcpy(&v, &q, 16);
-  return v;
-}
 
 // The flat kernel (16-byte layouts, every thread index under 2^31): one thread per 16-byte vector v of the output's
 // rows at one position and K heads (hb, hb + H / K, ...), consecutive threads walking the output in memory order (v,
@@ -259,7 +256,6 @@ template <class T, int VEC> __device__ __forceinline__ Vec<T, VEC> load_hint(con
 template <class T, bool INTERLEAVED, bool BWD, bool INNER_H, int K, bool NARROW>
 __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a, const FlatArgs f) {
   constexpr int VEC = 16 / sizeof(T);
-  using A = acc_t<T>;
   using Off = std::conditional_t<NARROW, uint32_t, int64_t>;
   const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= f.n) return;
@@ -272,33 +268,27 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
   const T* sr = a.sin + (b * (Off)a.sB + s * (Off)a.sS);  // [D]
   const Off xrow = b * (Off)a.xB + s * (Off)a.xS, orow = b * (Off)a.oB + s * (Off)a.oS;
   if constexpr (INTERLEAVED) {
-    const Vec<T, VEC> c = load_hint<T, VEC>(cr + d, hint), sn = load_hint<T, VEC>(sr + d, hint);
+    const Vec<T, VEC> c = load_vec<T, VEC>(cr + d, hint), sn = load_vec<T, VEC>(sr + d, hint);
     Vec<T, VEC> x[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) x[k] = load_hint<T, VEC>(a.x + (xrow + (hb + k * f.hk) * (Off)a.xH + d), hint);
+    for (int k = 0; k < K; ++k) x[k] = load_vec<T, VEC>(a.x + (xrow + (hb + k * f.hk) * (Off)a.xH + d), hint);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       Vec<T, VEC> o;
-#pragma unroll
-      for (int e = 0; e < VEC; e += 2) {
-        const A x0 = to_acc(x[k].v[e]), x1 = to_acc(x[k].v[e + 1]);
-        const A p0 = mul_rn(x1, to_acc(sn.v[BWD ? e + 1 : e])), p1 = mul_rn(x0, to_acc(sn.v[BWD ? e : e + 1]));
-        o.v[e] = from_acc<T>(mul_add<T>(x0, to_acc(c.v[e]), BWD ? p0 : -p0));
-        o.v[e + 1] = from_acc<T>(mul_add<T>(x1, to_acc(c.v[e + 1]), BWD ? -p1 : p1));
-      }
+      rotate_pairs<BWD>(x[k], c, sn, o);
       store<T, VEC>(a.out + (orow + (hb + k * f.hk) * (Off)a.oH + d), o);
     }
   } else {
     const Off half = (Off)(a.D / 2);
     const bool first = d < half;
     const Off dp = first ? d + half : d - half;  // the partner's columns
-    const Vec<T, VEC> c = load_hint<T, VEC>(cr + d, hint), sn = load_hint<T, VEC>(sr + (BWD ? dp : d), hint);
+    const Vec<T, VEC> c = load_vec<T, VEC>(cr + d, hint), sn = load_vec<T, VEC>(sr + (BWD ? dp : d), hint);
     Vec<T, VEC> x[K], xp[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const T* xr = a.x + (xrow + (hb + k * f.hk) * (Off)a.xH);
-      x[k] = load_hint<T, VEC>(xr + d, hint);
-      xp[k] = load_hint<T, VEC>(xr + dp, hint);
+      x[k] = load_vec<T, VEC>(xr + d, hint);
+      xp[k] = load_vec<T, VEC>(xr + dp, hint);
     }
     const bool minus = first != BWD;  // forward: out = x c - x' s in the first half; the backward flips the sign
 #pragma unroll
@@ -407,10 +397,12 @@ template <class T> int rope_typed(const RopeArgs<T>& a, int64_t positions, bool 
   vec = vec && aligned16(a.x) && aligned16(a.out) && aligned16(a.cos) && aligned16(a.sin);
   const int64_t strides[] = {a.xB, a.xS, a.xH, a.oB, a.oS, a.oH, a.cB, a.cS, a.sB, a.sS};
   for (const int64_t st : strides) vec = vec && st % VEC == 0;
-  // The flat kernel's indices are 32-bit: every vector's index under 2^31.
-  if (vec && sizeof(T) < 8 && rope_flat_mode() == 1 && positions * a.H * (a.D / VEC) < (1LL << 31)) {
-    const int64_t B = positions / a.S;
-    return interleaved ? rope_flat_launch<T, true>(a, B, stream) : rope_flat_launch<T, false>(a, B, stream);
+  // The flat kernel (not instantiated for fp64) takes 32-bit indices: every vector's index under 2^31.
+  if constexpr (sizeof(T) < 8) {
+    if (vec && rope_flat_mode() == 1 && positions * a.H * (a.D / VEC) < (1LL << 31)) {
+      const int64_t B = positions / a.S;
+      return interleaved ? rope_flat_launch<T, true>(a, B, stream) : rope_flat_launch<T, false>(a, B, stream);
+    }
   }
   if (interleaved) {
     return vec ? rope_launch<T, VEC, true>(a, positions, stream) : rope_launch<T, 1, true>(a, positions, stream);
