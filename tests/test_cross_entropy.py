@@ -60,6 +60,42 @@ def test_vocab_sizes(device, dtype, shape, smoothing):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("C", [4096, 32000])
+def test_extreme_logits(device, dtype, C):
+    """Rows at the ends of the dtype's range, infinities and NaN, on the GPU's streaming forward (C a multiple of the
+    16-byte vector). Its 16-bit exps are taken against m log2 e rounded to fp32, valid while |row max| < 2^16: rows
+    beyond (bf16), +inf and NaN are redone exactly. Loss and gradient against float64, element by element."""
+    big = torch.finfo(dtype).max
+    x = make_tensor((12, C), torch.float32, "cpu", seed=C)
+    x[0] = x[0] * 200 + 3e4  # a large max inside the fast range
+    x[1] = x[1] * 2 + 6e4  # (fp16: near its end)
+    x[2] = x[2] * 1e5 if dtype != torch.float16 else x[2] * 1e4  # max beyond 2^16 (bf16, fp32)
+    x[3, 7] = big * 0.75  # one element near the dtype's end
+    x[4] = -big * 0.75  # every element there, negative
+    x[5, 11] = float("inf")
+    x[6, 5] = float("nan")
+    x[7] = float("-inf")
+    x[7, 3] = 1.0  # one finite element
+    x[8] = float("-inf")  # none (NaN, as eager)
+    x[9, : C // 2] = float("-inf")
+    x[10] = x[10] * 4
+    x[11] = x[11] * 1e-3 - 65000 if dtype == torch.float16 else x[11] * 1e-3 - 1e6
+    x = x.to(dtype)
+    t = targets(12, C, "cpu", C, ignore_frac=0.0)
+    t[7] = 3
+    g = torch.randn(12, generator=torch.Generator().manual_seed(C))
+    xd = x.to(device).requires_grad_()
+    loss = ops.cross_entropy(xd, t.to(device), reduction="none")
+    (dx,) = torch.autograd.grad(loss, xd, g.to(device, dtype))
+    x64 = x.double().requires_grad_()
+    ref = F.cross_entropy(x64, t, reduction="none")
+    (dref,) = torch.autograd.grad(ref, x64, g.to(dtype).double())
+    check_close(loss, ref, dtype, what="loss")
+    check_close(dx, dref, dtype, what="grad")
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_unbatched_and_all_ignored(device):
     x = make_tensor((10,), torch.float32, device, seed=1)
     t = torch.tensor(3, device=device)

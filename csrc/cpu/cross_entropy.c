@@ -34,7 +34,9 @@ MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand
     } else {
       const double l = t < 0 || t >= C ? NAN : ls;
       if (l != ls) myops_st_stat(dtype, stats, 2 * r + 1, l);
-      myops_st_stat(dtype, loss, r, l + (1.0 - smoothing) * (m - xt) + smoothing * (m - sx / (double)C));
+      /* (the smoothing term only with smoothing: 0 * (m - sum x / C) is NaN for a row holding -inf) */
+      const double lo = l + (1.0 - smoothing) * (m - xt);
+      myops_st_stat(dtype, loss, r, smoothing != 0.0 ? lo + smoothing * (m - sx / (double)C) : lo);
     }
   }
   free(v);

@@ -57,6 +57,13 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// Lets the programmatic dependent launched after this kernel start once every CTA of this one has run this (instead
+// of once they have all exited): for a long kernel followed by a small dependent that waits in pdl_wait().
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 inline bool pdl_on() {
   static const bool on = [] {
     const char* e = std::getenv("MYOPS_PDL");

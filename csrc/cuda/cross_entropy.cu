@@ -143,25 +143,76 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_bwd_kernel(myops_out_operan
 // A CTA per row (grid-stride over rows; a cluster per row for long rows, see CLUSTER); each thread loads U 16-byte
 // vectors of the row at a time (all in flight before any is used) and folds them into a running (max, sum of exp) --
 // one exp per element, the sum rescaled only when a group raises the max. The CTA then combines the pairs once. Few
-// registers let six or more 256-thread CTAs share an SM, so one row's loads overlap another's exps and reduction:
-// nothing holds a whole row (the register kernel it replaces held 64 KB rows at one 1024-thread CTA per SM, with load
-// and compute phases that did not overlap: 1.6 TB/s on the H200). Measured on the H200 against 4 vectors x 256 threads
-// (bf16 [4096, 32000]: 60.6% of copy): 8 vectors 53%, 4 x 512 threads 55%, 2 vectors 61% (but 70% against 81% at V =
-// 262144), the next group's loads issued before this one is folded in 57%; again in session 27 (H200, % of copy, [4096,
-// 32000] bf16 / fp32, V = 262144 bf16 / fp32): 2 vectors 72.3 / 87.0 / 86.1 / 98.1 against 72.8 / 87.2 / 90.6 / 98.0, 2
-// vectors with the next group's loads in flight 57.2-70.3 / 82.3 / 80.1 / 87.4. CLUSTER: a row split over a cluster of
-// CTAs (tpr = the cluster's threads; RowReduce combines the pairs over it), for long rows whose single-CTA waves leave
-// much of the last one empty (see ce_cluster). Else tpr = THREADS.
+// registers (at most 64: four or more 256-thread CTAs share an SM) let one row's loads overlap another's exps and
+// reduction: nothing holds a whole row (the register kernel it replaces held 64 KB rows at one 1024-thread CTA per SM,
+// with load and compute phases that did not overlap: 1.6 TB/s on the H200). Measured on the H200 against 4 vectors x
+// 256 threads (bf16 [4096, 32000]: 60.6% of copy): 8 vectors 53%, 4 x 512 threads 55%, 2 vectors 61% (but 70% against
+// 81% at V = 262144), the next group's loads issued before this one is folded in 57%; again in session 27 (H200, % of
+// copy, [4096, 32000] bf16 / fp32, V = 262144 bf16 / fp32): 2 vectors 72.3 / 87.0 / 86.1 / 98.1 against 72.8 / 87.2 /
+// 90.6 / 98.0, 2 vectors with the next group's loads in flight 57.2-70.3 / 82.3 / 80.1 / 87.4. CLUSTER: a row split
+// over a cluster of CTAs (tpr = the cluster's threads; RowReduce combines the pairs over it), for long rows whose
+// single-CTA waves leave much of the last one empty (see ce_cluster). Else tpr = THREADS.
 constexpr int kStreamThreads = 256;  // the streaming forward's CTA
+
+// This thread's share of row xr (C columns over tpr threads, this one t), U 16-byte vectors at a time: (m, the sum
+// of exp(x - m)) with m the share's maximum, and the sum of x (SMOOTH) in sx. One exp per element; the sum is
+// rescaled only when a group raises the maximum.
+// LOG2 (16-bit types): the sum is kept against c = fl(m log2 e) and each element's exp is 2^fma(x, log2 e, -c): one
+// FFMA before the MUFU where exp(x - m) takes an FADD and an FMUL. At the end it becomes the sum against m, times
+// 2^-(m log2 e - c), that residual exact by FMA, so that c's rounding does not grow the error with |m|. The maximum
+// is taken on the raw packed words (max.bf16x2 / max.f16x2, three inputs per VHMNMX, no conversion). A full group
+// loads without bounds tests or fill. bf16's loop: 238 -> about 170 SASS instructions per 32 elements. Valid for
+// |m| < 2^16, where c's residual is under 2^-8 and no 2^x over- or underflows: a share whose m is outside (bf16 and
+// fp32 logits beyond 65536 in magnitude, +inf) returns a NaN sum, as a NaN logit does, and the kernel redoes such a
+// row without LOG2 (the exact formula; rare). H100, % of copy, unchecked forward before -> after (with the loss's
+// reduction as a programmatic dependent, below): [4096, 32000] bf16 81.6 -> 83.0, V = 262144 bf16 93.0 -> 93.7 (fp32,
+// unchanged here but for the reduction and its registers: 92.0 -> 92.7, 97.2 -> 99.0). The stream kernel itself ran
+// at 90% of copy (Nsight Compute: 2.71 TB/s, long-scoreboard stalls first, 0.7 eligible warps per scheduler); the
+// rest is the target check, the reduction and their launches. Measured and not taken, H100: the groups staged
+// through shared memory by cp.async two ahead (rr::Stage; bf16 80.7, fp32 86.9), 5 CTAs per SM (48 registers, a
+// spill; V = 262144 bf16 85.7: its clusters), the next row's target read a row ahead (no change).
+template <class T, bool SMOOTH, bool LOG2, int U>
+__device__ __forceinline__ Pair<acc_t<T>> row_share(const T* __restrict__ xr, int C, int t, int tpr, acc_t<T>& sx) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  const int G = tpr * U * VEC, ng = (C + G - 1) / G;  // columns per group, groups
+  const T fill = from_acc<T>(neg_inf<A>());
+  A m = neg_inf<A>(), s = A(0), c = A(0);
+  sx = A(0);
+  for (int g = 0; g < ng; ++g) {
+    const int c0 = g * G;
+    rr::Regs<T, U> v;
+    if (C - c0 >= G) v.load<true>(xr + c0, C - c0, t, tpr, fill);  // (a full group: no bounds tests, no fill)
+    else v.load(xr + c0, C - c0, t, tpr, fill);
+    const A mx = fmaxf(m, rr::thread_max<T, U, LOG2>(v));  // (packed only for LOG2: see thread_max)
+    if (mx > m) {  // never from -inf to -inf; from -inf, s is 0
+      if constexpr (LOG2) {
+        const A cn = mx * kLog2e;
+        s = m == neg_inf<A>() ? s : s * exp2_ftz(c - cn);
+        c = cn;
+      } else {
+        s = m == neg_inf<A>() ? s : s * exp_of<T>(m - mx);
+      }
+      m = mx;
+    }
+    const Pair<A> e = rr::thread_exp_sum<SMOOTH, T, U, LOG2>(v, LOG2 ? c : rr::exp_shift(m), C - c0, t, tpr);
+    s += e.a;
+    sx += e.b;
+  }
+  if constexpr (LOG2) {
+    if (m != neg_inf<A>()) s = fabsf(m) < 0x1p16f ? s * exp2_ftz(-fmaf(m, kLog2e, -c)) : nan_of<A>();
+  }
+  return {m, s};
+}
+
 template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads>
-__global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restrict__ loss,           // [M]
+__global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __restrict__ loss,           // [M]
                                                              acc_t<T>* __restrict__ stats,          // [M, 2]
                                                              const T* __restrict__ x, int64_t xs,   // [M, C]
                                                              const int64_t* __restrict__ target,    // [M]
                                                              int64_t t_stride, int64_t M, int C, int64_t ignore_index,
                                                              acc_t<T> smoothing, int cluster_tpr) {
   using A = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T);
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const int tpr = CLUSTER ? cluster_tpr : THREADS;
   rr::RowReduce red(red_buf, tpr);
@@ -169,7 +220,8 @@ __global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restric
   // smoothed one spilled)
   const int t = CLUSTER ? (int)(rr::cluster_rank() * THREADS + threadIdx.x) : (int)threadIdx.x;
   const int64_t first = CLUSTER ? rr::cluster_id() : blockIdx.x, step = CLUSTER ? rr::cluster_count() : gridDim.x;
-  const T ninf = from_acc<T>(neg_inf<A>());
+  pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
+  constexpr bool LOG2 = sizeof(T) == 2;
   for (int64_t r = first; r < M; r += step) {
     const T* __restrict__ xr = x + r * xs;
     // the target and its logit, read first by the thread that writes the loss (two dependent loads)
@@ -182,20 +234,11 @@ __global__ void __launch_bounds__(THREADS) stream_fwd_kernel(acc_t<T>* __restric
         xt = to_acc(xr[tc]);
       }
     }
-    A m = neg_inf<A>(), s = A(0), sx = A(0);
-    for (int c0 = 0; c0 < C; c0 += tpr * U * VEC) {
-      rr::Regs<T, U> v;
-      v.load(xr + c0, C - c0, t, tpr, ninf);
-      const A mx = fmaxf(m, rr::thread_max<T, U, false>(v));  // (not packed: see thread_max)
-      if (mx > m) {  // never from -inf to -inf; from -inf, s is 0
-        s = m == neg_inf<A>() ? s : s * exp_of<T>(m - mx);
-        m = mx;
-      }
-      const Pair<A> e = rr::thread_exp_sum<SMOOTH>(v, rr::exp_shift(m), C - c0, t, tpr);
-      s += e.a;
-      sx += e.b;
-    }
-    const Pair<A> ms = red(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, Pair<A>{neg_inf<A>(), A(0)});
+    A sx;
+    const Pair<A> none{neg_inf<A>(), A(0)};
+    Pair<A> ms = red(row_share<T, SMOOTH, LOG2, U>(xr, C, t, tpr, sx), OnlineSoftmaxOp<T>{}, none);
+    if (LOG2 && !(ms.b < INFINITY))  // (the same bits in every thread of the row: a uniform branch)
+      ms = red(row_share<T, SMOOTH, false, U>(xr, C, t, tpr, sx), OnlineSoftmaxOp<T>{}, none);
     const A sum_x = SMOOTH ? red(sx, rr::Sum{}, A(0)) : A(0);
     if (t != 0) continue;
     A ls = log_of<T>(ms.b);
@@ -318,6 +361,7 @@ __global__ void __launch_bounds__(kScalarThreads) scalar_kernel(Out* __restrict_
                                                                 const int64_t* __restrict__ target,  // [M]
                                                                 int64_t t_stride, int64_t M, int64_t ignore_index,
                                                                 int mean) {
+  pdl_wait();
   A v = A(0);
   long long n = 0;
   for (int64_t r = threadIdx.x; r < M; r += kScalarThreads) {
@@ -329,6 +373,14 @@ __global__ void __launch_bounds__(kScalarThreads) scalar_kernel(Out* __restrict_
     const A total = rows ? v : to_acc(in[0]);
     out[0] = from_acc<Out>(mean ? total / A(n) : total);
   }
+}
+
+// One CTA of scalar_kernel, a programmatic dependent of the kernel before it (the forward's row kernel, which lets
+// it start once its last CTAs run): its launch overlaps that kernel's tail instead of following it.
+template <class K, class... Args> int launch_scalar(cudaStream_t st, K kernel, Args... args) {
+  rr::Geo g;
+  g.threads = kScalarThreads;
+  return rr::launch_dependent(g, 1, kernel, st, args...);
 }
 
 // Queues the target check (check_targets_kernel, writing straight into the pinned check_host through its device
@@ -409,9 +461,8 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
     return check_then_forward(check_host, slots, bad_row, target, t_stride, M, C, ignore_index, st, [&] {
       const int rc = row_kernel();
       if (rc || loss == nullptr) return rc;
-      scalar_kernel<A, A, T><<<1, kScalarThreads, 0, st>>>(static_cast<T*>(loss), static_cast<const A*>(rows), 1,
-                                                            target, t_stride, M, ignore_index, mean);
-      return launch_status();
+      return launch_scalar(st, scalar_kernel<A, A, T>, static_cast<T*>(loss), static_cast<const A*>(rows), 1, target,
+                           t_stride, M, ignore_index, mean);
     });
   });
 }
@@ -454,8 +505,8 @@ extern "C" int myops_cross_entropy_grad_scale_cuda(void* g, const void* grad, co
                                                    int64_t M, int64_t ignore_index, int mean, int dtype, void* stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    scalar_kernel<acc_t<T>, T, acc_t<T>><<<1, kScalarThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        static_cast<acc_t<T>*>(g), static_cast<const T*>(grad), 0, target, t_stride, M, ignore_index, mean);
-    return launch_status();
+    return launch_scalar(static_cast<cudaStream_t>(stream), scalar_kernel<acc_t<T>, T, acc_t<T>>,
+                         static_cast<acc_t<T>*>(g), static_cast<const T*>(grad), 0, target, t_stride, M, ignore_index,
+                         mean);
   });
 }

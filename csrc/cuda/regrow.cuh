@@ -819,10 +819,11 @@ template <class T, int NS, int K, int CTA> struct ColSums {
 // PACKED (16-bit types): the maximum of the raw words, two elements per max.bf16x2 / max.f16x2 (three-input
 // VHMNMX in SASS; exact, and NaN passes over as with fmaxf), decoding only the result's two halves. H200 bf16
 // forward, % of copy, two paired runs: softmax N = 65536 87.4-87.6 -> 88.8-88.9, N = 262144 78.1-78.2 -> 81.1-81.2;
-// log_softmax 88.6-88.8 -> 89.4-89.6, 79.0-79.1 -> 81.2-81.3. cross_entropy's streaming forward keeps the fmaxf
-// chain (PACKED = false): packed, its loop lost 23 of 241 instructions but the kernel took 40 registers instead of
-// 58, six CTAs per SM instead of four, and V = 262144's 1024 rows then ran as 1.3 waves of 792 rows instead of 1.9
-// of 528: 89.0 -> 72.9 (while [4096, 32000] went 73.4 -> 76.3).
+// log_softmax 88.6-88.8 -> 89.4-89.6, 79.0-79.1 -> 81.2-81.3. cross_entropy's 16-bit streaming forward takes it
+// with its exps in the log2 domain (row_share); alone, in session 27, its loop lost 23 of 241 instructions but the
+// kernel took 40 registers instead of 58, six CTAs per SM instead of four, and V = 262144's 1024 rows then ran as 1.3
+// waves of 792 rows instead of 1.9 of 528: 89.0 -> 72.9 (while [4096, 32000] went 73.4 -> 76.3). With the log2 exps
+// it takes 56-64 registers.
 template <class T, int NS, bool PACKED = sizeof(T) == 2>
 __device__ __forceinline__ acc_t<T> thread_max(const Regs<T, NS>& v) {
   if constexpr (PACKED && sizeof(T) == 2) {
@@ -853,7 +854,9 @@ __device__ __forceinline__ acc_t<T> thread_max(const Regs<T, NS>& v) {
 template <class A> __device__ __forceinline__ A exp_shift(A m) { return m == rows::neg_inf<A>() ? A(0) : m; }
 // (sum of exp(x - m), sum of x if SUM_X) over this thread's elements of the row's N, with m = exp_shift(row max);
 // -inf elements (the fill past N too) add exp(-inf) = 0 to the first.
-template <bool SUM_X, class T, int NS>
+// LOG2 (fp32 and 16-bit types): the sum of 2^(x log2 e - m) instead, m being a shift in the log2 domain: one FFMA
+// before the MUFU where exp(x - m) takes an FADD and an FMUL (see cross_entropy's row_share).
+template <bool SUM_X, class T, int NS, bool LOG2 = false>
 __device__ __forceinline__ Pair<acc_t<T>> thread_exp_sum(const Regs<T, NS>& v, acc_t<T> m, int N, int t, int tpr) {
   using A = acc_t<T>;
   constexpr int VEC = Regs<T, NS>::VEC;
@@ -865,7 +868,8 @@ __device__ __forceinline__ Pair<acc_t<T>> thread_exp_sum(const Regs<T, NS>& v, a
     v.fresh(s, a);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
-      se += rows::exp_of<T>(a[e] - m);
+      if constexpr (LOG2) se += rows::exp2_ftz(fmaf(a[e], rows::kLog2e, -m));
+      else se += rows::exp_of<T>(a[e] - m);
       if (SUM_X) sx += a[e];
     }
   }

@@ -77,14 +77,16 @@ __device__ __forceinline__ float exp_f32(float x) {
   return p * fmaf(c, 0.693147180559945309f, 1.0f);
 }
 
-// exp(x) as 2^(x log2 e) on the MUFU with subnormal results flushed to 0 (ex2.approx.ftz): two instructions, where
-// __expf without -ftz compiles to eight (range checks and a rescale for subnormal results, which only move results
-// below 2^-126 off 0); exp(-inf) = 0, NaN stays NaN.
-__device__ __forceinline__ float exp_ftz(float x) {
+// 2^t on the MUFU with subnormal results flushed to 0 (ex2.approx.ftz, 2 ulp); 2^-inf = 0, NaN stays NaN.
+__device__ __forceinline__ float exp2_ftz(float t) {
   float p;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(x * 1.44269504088896341f));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(t));
   return p;
 }
+constexpr float kLog2e = 1.44269504088896341f;
+// exp(x) as 2^(x log2 e): two instructions, where __expf without -ftz compiles to eight (range checks and a rescale
+// for subnormal results, which only move results below 2^-126 off 0); exp(-inf) = 0, NaN stays NaN.
+__device__ __forceinline__ float exp_ftz(float x) { return exp2_ftz(x * kLog2e); }
 
 template <class T> __device__ __forceinline__ acc_t<T> exp_of(acc_t<T> x) {
   if constexpr (sizeof(T) == 2) return exp_ftz(x);
