@@ -2,12 +2,13 @@
 = F.cross_entropy(...) for logits [M, C] or [C] and int64 class indices; vocabularies of any size (256k and beyond).
 
 check_target: a class index outside [0, C) that is not ignore_index raises a RuntimeError naming it. On the GPU a
-small kernel checks the targets ahead of the forward kernel and the host waits for that check alone, while the GPU
-goes on to the forward kernel: the host cannot run ahead of the GPU past this call, and the GPU idles for whatever
-part of the host's way from that wait to the backward's launch the forward kernel does not cover (on the H200 at
-[4096, 32000], 100-150 us per forward+backward in bf16 and 10-60 us in fp32, against 210 / 400 us of kernels). With
-check_target=False (and always while a CUDA graph is being captured) nothing waits and such a row's loss and gradient
-are NaN instead; no index is ever read out of bounds.
+small kernel checks the targets ahead of the forward kernel. Where the logits require grad (eager autograd), the
+forward does not wait for it: backward reads the check (long done by then) and raises before it queues its kernels,
+so the host keeps running ahead of the GPU; such a row's loss is NaN until then, and a graph freed without backward
+raises nothing. Without grad (no_grad, inference, detached logits, inside a compiled graph) the host waits for the
+check alone before the call returns, while the GPU goes on to the forward kernel. With check_target=False (and always
+while a CUDA graph is being captured) nothing is checked: such a row's loss and gradient are NaN; no index is ever
+read out of bounds.
 
 The logits are read once in the forward pass and once in the backward pass, which writes the gradient in the
 logits' dtype; the only other memory is O(M) (per-row losses, maxima and log-sum-exps). torch.ops.myops.cross_entropy
@@ -54,4 +55,4 @@ def _(grad, logits, target, stats, ignore_index, label_smoothing, reduction):
 
 
 # Autograd: in C++ (csrc/ops/cross_entropy.cpp, CrossEntropyFunction), where its host time is a fraction of a
-# Python autograd.Function's; it matters because the target check makes the host wait for the GPU on every call.
+# Python autograd.Function's, and where the forward hands its target check to backward (see the docstring).

@@ -232,6 +232,38 @@ def test_unchecked_targets(device, shape):
 
 
 @pytest.mark.cuda
+def test_deferred_check():
+    """Logits on the GPU that require grad: the forward queues the target check without waiting for it and backward
+    raises for a bad target, before queuing its kernels (a retained graph raises again); a graph freed without
+    backward raises nothing; without grad (no_grad, detached logits) and in a compiled graph the forward raises;
+    valid targets are unaffected."""
+    C = 4096
+    x = make_tensor((5, C), torch.float32, "cuda", seed=2).requires_grad_()
+    good = targets(5, C, "cuda", 2, ignore_frac=0.0)
+    bad = good.clone()
+    bad[3] = C + 9
+    loss = ops.cross_entropy(x, bad, reduction="none")
+    assert torch.isnan(loss[3]).item() and torch.isfinite(loss[[0, 1, 2, 4]]).all().item()
+    with pytest.raises(RuntimeError, match=f"class index {C + 9} outside .*read when backward ran"):
+        loss.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match=f"class index {C + 9} outside"):
+        loss.sum().backward()
+    assert x.grad is None
+    for _ in range(3):  # graphs freed without backward
+        ops.cross_entropy(x, bad)
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        raises(ops.cross_entropy, x, bad, match=f"class index {C + 9} outside")
+    raises(ops.cross_entropy, x.detach(), -bad, match="class index -")
+    fn = torch.compile(lambda a, t: ops.cross_entropy(a, t), fullgraph=True)
+    raises(fn, x, bad, match=f"class index {C + 9} outside")
+    x2 = x.detach().clone().requires_grad_()
+    ours, ref = ops.cross_entropy(x, good), F.cross_entropy(x2, good)
+    torch.testing.assert_close(ours, ref)
+    torch.testing.assert_close(torch.autograd.grad(ours, x)[0], torch.autograd.grad(ref, x2)[0])
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("cluster", [2, 8])
 def test_clustered_rows(cluster, tmp_path):
     """The streaming forward with every row split over a cluster (MYOPS_CE_CLUSTER, read once per process: run in a

@@ -384,35 +384,56 @@ template <class K, class... Args> int launch_scalar(cudaStream_t st, K kernel, A
 }
 
 // Queues the target check (check_targets_kernel, writing straight into the pinned check_host through its device
-// mapping: no copy to queue behind it) and an event behind it, then the rest of the forward (`forward`: the row
-// kernel and the loss's reduction), and only then waits for the event. The host waits for the check alone while the
-// GPU goes on with the forward, so the GPU never idles for it (the flag that the forward kernel used to raise was
-// read after it, leaving the GPU idle while the host queued what followed: [4096, 32000] fp32 ran at 62% of copy
-// checked against 84% unchecked on the H100), and once the wait returns the host has nothing left to queue.
-// *bad_row = 1 + the least bad row, or 0. check_host null: no check.
+// mapping: no copy to queue behind it) and an event behind it, returned in *done (null if none was created; once it
+// is not null, the caller must check_wait on it even when this fails, so that the check is done writing check_host
+// before it is freed). *used: the slots the check writes.
+int check_launch(int64_t* check_host, int64_t slots, int64_t* used, cudaEvent_t* done, const int64_t* target,
+                 int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index, cudaStream_t stream) {
+  *done = nullptr;
+  *used = std::min<int64_t>(slots, ceil_div(M, (int64_t)kCheckThreads));
+  int64_t* check_dev = nullptr;  // (the same address under unified addressing; asked, not assumed)
+  int rc = cudaHostGetDevicePointer(reinterpret_cast<void**>(&check_dev), check_host, 0);
+  if (rc) return rc;
+  rc = cudaEventCreateWithFlags(done, cudaEventDisableTiming);  // (before the check is queued)
+  if (rc) {
+    *done = nullptr;
+    return rc;
+  }
+  check_targets_kernel<<<(unsigned)*used, kCheckThreads, 0, stream>>>(check_dev, target, t_stride, M, C,
+                                                                       ignore_index);
+  rc = launch_status();
+  return rc ? rc : cudaEventRecord(*done, stream);
+}
+// Waits for `done` (the host alone: the GPU goes on), destroys it, and folds the check's slots into *bad_row = 1 +
+// the least bad row, or 0.
+int check_wait(cudaEvent_t done, const int64_t* check_host, int64_t used, int64_t* bad_row) {
+  *bad_row = 0;
+  const int wait = cudaEventSynchronize(done);
+  cudaEventDestroy(done);
+  if (wait) return wait;
+  for (int64_t b = 0; b < used; ++b)
+    if (check_host[b] != 0 && (*bad_row == 0 || check_host[b] < *bad_row)) *bad_row = check_host[b];
+  return MYOPS_OK;
+}
+
+// The target check, then the rest of the forward (`forward`: the row kernel and the loss's reduction), and only
+// then the wait for the check. The host waits for the check alone while the GPU goes on with the forward, so the GPU
+// never idles for it (the flag that the forward kernel used to raise was read after it, leaving the GPU idle while
+// the host queued what followed: [4096, 32000] fp32 ran at 62% of copy checked against 84% unchecked on the H100),
+// and once the wait returns the host has nothing left to queue. *bad_row = 1 + the least bad row, or 0. check_host
+// null: no check.
 template <class Forward>
 int check_then_forward(int64_t* check_host, int64_t slots, int64_t* bad_row, const int64_t* target, int64_t t_stride,
                        int64_t M, int64_t C, int64_t ignore_index, cudaStream_t stream, const Forward& forward) {
   *bad_row = 0;
   if (check_host == nullptr) return forward();
-  int64_t* check_dev = nullptr;  // (the same address under unified addressing; asked, not assumed)
-  int rc = cudaHostGetDevicePointer(reinterpret_cast<void**>(&check_dev), check_host, 0);
-  if (rc) return rc;
-  cudaEvent_t done;  // (created before the check is queued: no return path leaves the check writing unwaited)
-  rc = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
-  if (rc) return rc;
-  const int64_t G = std::min<int64_t>(slots, ceil_div(M, (int64_t)kCheckThreads));
-  check_targets_kernel<<<(unsigned)G, kCheckThreads, 0, stream>>>(check_dev, target, t_stride, M, C, ignore_index);
-  rc = launch_status();
-  if (!rc) rc = cudaEventRecord(done, stream);
+  cudaEvent_t done;
+  int64_t used;
+  int rc = check_launch(check_host, slots, &used, &done, target, t_stride, M, C, ignore_index, stream);
   if (!rc) rc = forward();
-  const int wait = cudaEventSynchronize(done);  // (also when a launch failed: the check's writes must land first)
-  cudaEventDestroy(done);
-  if (rc) return rc;
-  if (wait) return wait;
-  for (int64_t b = 0; b < G; ++b)
-    if (check_host[b] != 0 && (*bad_row == 0 || check_host[b] < *bad_row)) *bad_row = check_host[b];
-  return MYOPS_OK;
+  if (done == nullptr) return rc;
+  const int wait = check_wait(done, check_host, used, bad_row);  // (also when a launch failed)
+  return rc ? rc : wait;
 }
 
 }  // namespace
@@ -497,6 +518,29 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
                   static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, M, C,
                   ignore_index, (acc_t<T>)smoothing, mask, p);
   });
+}
+
+// The target check alone, for a caller that reads it later (the C++ autograd: when backward runs): queued into
+// check_host [slots] (pinned) with an event behind it, returned opaque in *event (null: nothing to wait for), and
+// the slots it writes in *used. myops_cross_entropy_check_wait_cuda must follow once *event is not null (even after
+// a failure), before check_host is freed.
+extern "C" int myops_cross_entropy_check_cuda(int64_t* check_host, int64_t slots, int64_t* used, void** event,
+                                              const int64_t* target, int64_t t_stride, int64_t M, int64_t C,
+                                              int64_t ignore_index, void* stream) {
+  *event = nullptr;
+  *used = 0;
+  if (M <= 0) return MYOPS_OK;
+  cudaEvent_t done;
+  const int rc = check_launch(check_host, slots, used, &done, target, t_stride, M, C, ignore_index,
+                              static_cast<cudaStream_t>(stream));
+  *event = done;
+  return rc;
+}
+// Waits for that check (the host alone), releases its event, and sets *bad_row = 1 + the least row whose target is
+// outside [0, C) and not ignore_index, else 0.
+extern "C" int myops_cross_entropy_check_wait_cuda(void* event, const int64_t* check_host, int64_t used,
+                                                   int64_t* bad_row) {
+  return check_wait(static_cast<cudaEvent_t>(event), check_host, used, bad_row);
 }
 
 // g (acc type, one element) = grad (the loss's gradient, a scalar in the logits' dtype) for reduction "sum"

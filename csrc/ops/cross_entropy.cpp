@@ -5,20 +5,23 @@
 //   (fp32, fp64 for fp64) is saved for backward.
 //   The logits are read once (online max/sum); no [M, C] temporary exists. A target outside [0, C) (and not
 //   ignore_index) never reads out of bounds: with check_target it raises (CPU: validated first; GPU: a small kernel
-//   checks the targets before the forward kernel, and the host waits for it alone while the GPU runs the forward),
-//   without it (and always while a CUDA graph is being captured, where a wait is not allowed) that row's loss and
-//   gradient are NaN and nothing waits.
+//   checks the targets before the forward kernel, and the host waits for it alone while the GPU runs the forward;
+//   logits that require grad defer that wait to backward, see cross_entropy_autograd), without it (and always while
+//   a CUDA graph is being captured, where a wait is not allowed) that row's loss and gradient are NaN and nothing
+//   waits.
 // myops::cross_entropy_backward(grad, logits, target, stats, ignore_index, label_smoothing, reduction) -> dlogits.
 //
-// Autograd is registered here in C++ (CrossEntropyFunction), not in ops/cross_entropy.py like the other ops: the
-// target check makes the host wait for the GPU on every call, so the host's time from that wait to the backward
-// kernel's launch is time the GPU idles. On the H200 machine (torch 2.11, [4096, 32000]), one unchecked
-// forward+backward took 173 us of host time through torch.library.register_autograd, 116-125 us through this class
-// and 37-42 us for the two ops called directly; the checked bf16 forward+backward went from 37% to 53-58% of copy
+// Autograd is registered here in C++ (CrossEntropyFunction), not in ops/cross_entropy.py like the other ops: it hands
+// the target check from the forward to backward (DeferredCheck), and its host time counts where the host waits for
+// the GPU. On the H200 machine (torch 2.11, [4096, 32000]), one unchecked forward+backward took 173 us of host time
+// through torch.library.register_autograd, 116-125 us through this class and 37-42 us for the two ops called
+// directly; the checked bf16 forward+backward (its wait then in the forward) went from 37% to 53-58% of copy
 // bandwidth (torch.compile: 51%), fp32 from 55% to 84-91% (compile: 78%). The one heavier header it needs,
 // torch/csrc/autograd/custom_function.h, adds about 10 s to this file's compile; kernels stay torch-free.
 #include "common.h"
 
+#include <ATen/TensorSubclassLikeUtils.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/sum.h>
 #include <torch/csrc/autograd/custom_function.h>
 #ifdef MYOPS_WITH_CUDA
@@ -41,6 +44,24 @@ myops::Kernel<BwdCuda> k_bwd_cuda("myops_cross_entropy_backward_cuda");
 // (csrc/cuda/cross_entropy.cu)
 using ScalarCuda = int (*)(void*, const void*, const int64_t*, int64_t, int64_t, int64_t, int, int, void*);
 myops::Kernel<ScalarCuda> k_grad_scale_cuda("myops_cross_entropy_grad_scale_cuda");
+// the target check alone, and its wait (csrc/cuda/cross_entropy.cu): the deferred check of the autograd below
+using CheckCuda = int (*)(int64_t*, int64_t, int64_t*, void**, const int64_t*, int64_t, int64_t, int64_t, int64_t,
+                          void*);
+using CheckWaitCuda = int (*)(void*, const int64_t*, int64_t, int64_t*);
+myops::Kernel<CheckCuda> k_check_cuda("myops_cross_entropy_check_cuda");
+myops::Kernel<CheckWaitCuda> k_check_wait_cuda("myops_cross_entropy_check_wait_cuda");
+// The check's scratch: one slot per CTA of the check kernel (at most kCheckSlots), pinned host memory that the check
+// kernel writes through its device mapping.
+constexpr int64_t kCheckSlots = 1024;
+at::Tensor check_scratch() {
+  return at::empty({kCheckSlots}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+}
+
+[[noreturn]] void raise_bad_target(const at::Tensor& t1, int64_t row, int64_t C, int64_t ignore_index,
+                                   const char* when = "") {
+  TORCH_CHECK(false, "myops.cross_entropy: target contains class index ", myops::str(t1[row].item<int64_t>()),
+              " outside [0, ", myops::str(C), ") (and it is not ignore_index ", myops::str(ignore_index), ")", when);
+}
 
 enum class Reduction { None, Mean, Sum };
 
@@ -76,13 +97,9 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
   const at::Tensor x2 = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
   const at::Tensor t1 = target.reshape({-1});
   const int64_t M = x2.size(0), C = x2.size(1);
-  const auto bad_target = [&](int64_t v) {
-    TORCH_CHECK(false, "myops.cross_entropy: target contains class index ", myops::str(v), " outside [0, ",
-                myops::str(C), ") (and it is not ignore_index ", myops::str(ignore_index), ")");
-  };
   if (M > 0 && !logits.is_cuda() && check_target) {
     const at::Tensor bad = t1.lt(0).logical_or(t1.ge(C)).logical_and(t1.ne(ignore_index));
-    if (bad.any().item<bool>()) bad_target(t1.masked_select(bad)[0].item<int64_t>());
+    if (bad.any().item<bool>()) raise_bad_target(t1, bad.nonzero()[0][0].item<int64_t>(), C, ignore_index);
   }
   int64_t bad_row = 0;  // GPU: 1 + the least row whose target is bad, or 0
   const auto stat_opts = logits.options().dtype(myops::stat_dtype(logits));
@@ -94,12 +111,9 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     if (logits.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
       const c10::cuda::OptionalCUDAGuard guard(logits.device());
-      // the check's scratch: one slot per CTA of the check kernel (at most kCheckSlots), pinned host memory that the
-      // check kernel writes through its device mapping
-      constexpr int64_t kCheckSlots = 1024;
       at::Tensor check_host;
       if (check_target && c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None)
-        check_host = at::empty({kCheckSlots}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+        check_host = check_scratch();
       const int rc = k_fwd_cuda.get()(
           loss.defined() ? loss.data_ptr() : nullptr, red == Reduction::Mean, rows.data_ptr(), stats.data_ptr(),
           check_host.defined() ? check_host.data_ptr<int64_t>() : nullptr, kCheckSlots, &bad_row, v.op,
@@ -123,7 +137,7 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
     if (red == Reduction::Mean) total = total.div(t1.ne(ignore_index).sum().to(total.scalar_type()));
     loss = total.to(logits.scalar_type());
   }
-  if (bad_row > 0) bad_target(t1[bad_row - 1].item<int64_t>());
+  if (bad_row > 0) raise_bad_target(t1, bad_row - 1, C, ignore_index);
   std::vector<int64_t> stats_shape(target.sizes().begin(), target.sizes().end());
   stats_shape.push_back(2);
   return {loss, stats.reshape(stats_shape)};
@@ -204,13 +218,53 @@ const auto& backward_op() {
   return op;
 }
 
+#ifdef MYOPS_WITH_CUDA
+// A target check that the forward queued without waiting for it, read when backward runs (see
+// cross_entropy_autograd). It owns the check's event until then: released by resolve(), else (a graph freed without
+// backward) by the destructor, which first waits for the check to be done writing `host`.
+struct DeferredCheck : torch::CustomClassHolder {
+  at::Tensor host;  // [kCheckSlots] pinned: the check kernel's slots
+  void* event = nullptr;
+  int64_t used = 0, bad_row = 0;  // bad_row after resolve(): 1 + the least bad row, or 0
+  // Queues the check of target's rows against [0, C) on the current stream of its device.
+  DeferredCheck(const at::Tensor& t1, int64_t C, int64_t ignore_index) : host(check_scratch()) {
+    const c10::cuda::OptionalCUDAGuard guard(t1.device());
+    const int rc = k_check_cuda.get()(host.data_ptr<int64_t>(), kCheckSlots, &used, &event, t1.data_ptr<int64_t>(),
+                                      t1.stride(0), t1.numel(), C, ignore_index, myops::current_stream(t1));
+    if (rc) resolve();  // (waits for whatever was queued before it reports the launch's error)
+    myops::check_status(rc, "cross_entropy", "CUDA");
+  }
+  void resolve() {
+    void* e = event;
+    event = nullptr;
+    if (e != nullptr)
+      myops::check_status(k_check_wait_cuda.get()(e, host.data_ptr<int64_t>(), used, &bad_row), "cross_entropy",
+                          "CUDA");
+  }
+  ~DeferredCheck() override {
+    try {
+      resolve();
+    } catch (...) {  // (a destructor does not throw; the check's result is dropped with its graph)
+    }
+  }
+};
+#endif
+
 // d loss / d logits by cross_entropy_backward; stats is not differentiable, and an unused loss gets no gradient
 // (gradients are not materialized: no zero-filled [M, 2] gradient for stats, no backward kernel for nothing).
+// defer: the target check is queued ahead of the forward but read only when backward runs (DeferredCheck).
 struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
                                                 const at::Tensor& target, int64_t ignore_index, double smoothing,
-                                                c10::string_view reduction, bool check_target) {
+                                                c10::string_view reduction, bool check_target, bool defer) {
     at::AutoDispatchBelowADInplaceOrView below;
+#ifdef MYOPS_WITH_CUDA
+    if (defer) {
+      ctx->saved_data["check"] = c10::IValue::make_capsule(
+          c10::make_intrusive<DeferredCheck>(target.reshape({-1}), logits.size(-1), ignore_index));
+      check_target = false;
+    }
+#endif
     auto [loss, stats] = forward_op().call(logits, target, ignore_index, smoothing, reduction, check_target);
     ctx->mark_non_differentiable({stats});
     ctx->set_materialize_grads(false);
@@ -222,20 +276,45 @@ struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    torch::autograd::variable_list out(6);
-    if (!grads[0].defined()) return out;
+    torch::autograd::variable_list out(7);
     const auto saved = ctx->get_saved_variables();
-    out[0] = backward_op().call(grads[0], saved[0], saved[1], saved[2], ctx->saved_data["ignore_index"].toInt(),
-                                ctx->saved_data["smoothing"].toDouble(),
-                                ctx->saved_data["reduction"].toStringRef());
+    const int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
+#ifdef MYOPS_WITH_CUDA
+    if (ctx->saved_data.count("check")) {
+      auto check = c10::static_intrusive_pointer_cast<DeferredCheck>(ctx->saved_data["check"].toCapsule());
+      check->resolve();
+      if (check->bad_row > 0)
+        raise_bad_target(saved[1].reshape({-1}), check->bad_row - 1, saved[0].size(-1), ignore_index,
+                         " (the forward's check, read when backward ran: the logits require grad)");
+    }
+#endif
+    if (!grads[0].defined()) return out;
+    out[0] = backward_op().call(grads[0], saved[0], saved[1], saved[2], ignore_index,
+                                ctx->saved_data["smoothing"].toDouble(), ctx->saved_data["reduction"].toStringRef());
     return out;
   }
 };
 
+// With check_target, logits on the GPU that require grad (eager autograd; not while a CUDA graph is captured, and
+// not for fake or functional tensors, which a compiled graph's tracing passes) defer the check's wait to backward: the
+// forward queues the check ahead of its kernels and returns without waiting for the GPU, and backward, by then long
+// after the check ran, reads it and raises for a bad target before its kernels are queued. Waiting in the forward
+// left the GPU idle for the host's whole way from that wait through autograd to the backward's launch (H100,
+// [4096, 32000] forward+backward, % of copy: bf16 62.7 checked against 94.5 unchecked, fp32 77.5 against 98.8;
+// torch.compile 66.0 / 90.7).
 std::tuple<at::Tensor, at::Tensor> cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& target,
                                                           int64_t ignore_index, double smoothing,
                                                           c10::string_view reduction, bool check_target) {
-  auto out = CrossEntropyFunction::apply(logits, target, ignore_index, smoothing, reduction, check_target);
+  bool defer = false;
+#ifdef MYOPS_WITH_CUDA
+  if (check_target && logits.is_cuda() && logits.requires_grad() && at::GradMode::is_enabled() &&
+      !at::isTensorSubclassLike(logits) && !at::isTensorSubclassLike(target)) {
+    check_args(logits, target, smoothing, "cross_entropy");  // (before anything is queued)
+    const c10::cuda::OptionalCUDAGuard guard(logits.device());
+    defer = c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
+  }
+#endif
+  auto out = CrossEntropyFunction::apply(logits, target, ignore_index, smoothing, reduction, check_target, defer);
   return {out[0], out[1]};
 }
 }  // namespace
