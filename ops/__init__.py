@@ -21,6 +21,7 @@ _jit.reload()  # first import: build if needed and load; importlib.reload(ops): 
 for _name in OPS:
     globals()[_name] = getattr(importlib.import_module(f"{__name__}.{_name}"), _name)
 
+from .mul import mul_backward  # noqa: E402
 from .relu import relu_backward  # noqa: E402
 from .scale_bias_relu import scale_bias_relu_backward  # noqa: E402
 from .bias_gelu import bias_gelu_backward  # noqa: E402
@@ -39,5 +40,5 @@ def reload() -> str:
 
 BuildError = _jit.BuildError
 
-__all__ = list(OPS) + ["reload", "BuildError", "OPS", "nn", "relu_backward", "scale_bias_relu_backward",
+__all__ = list(OPS) + ["reload", "BuildError", "OPS", "nn", "mul_backward", "relu_backward", "scale_bias_relu_backward",
                        "bias_gelu_backward", "swiglu_backward", "geglu_backward", "rope_backward"]

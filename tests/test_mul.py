@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_compile, check_gradcheck,
+from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_close, check_compile, check_gradcheck,
                     check_opcheck, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.mul.default
@@ -17,6 +17,24 @@ def test_matches_reference(device, shape, dtype, la, lb, seed):
     a = make_tensor(shape, dtype, device, la, seed)
     b = make_tensor(shape, dtype, device, lb, seed + 1)
     check_against_reference(ops.mul, torch.mul, [a, b])
+    # mul_backward(g, a, b) = (g * b, g * a) in one pass (the autograd above takes it: both operands need a gradient)
+    g = make_tensor(shape, dtype, device, lb, seed + 2)
+    da, db = ops.mul_backward(g, a, b)
+    g64, a64, b64 = (t.cpu().double() for t in (g, a, b))
+    check_close(da, g64 * b64, dtype, what="da")
+    check_close(db, g64 * a64, dtype, what="db")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_sided_grad(device):
+    """Only one operand requires grad: its gradient alone (mul, not mul_backward), as eager's."""
+    a = make_tensor((7, 5), torch.float32, device, seed=3)
+    b = make_tensor((7, 5), torch.float32, device, seed=4)
+    g = make_tensor((7, 5), torch.float32, device, seed=5)
+    for first in (True, False):
+        x, y = a.detach().requires_grad_(first), b.detach().requires_grad_(not first)
+        (gx,) = torch.autograd.grad(ops.mul(x, y), [x if first else y], g)
+        torch.testing.assert_close(gx, g * (y if first else x).detach())
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -33,6 +51,8 @@ def test_opcheck(device, dtype):
         a = make_tensor(shape, dtype, device).requires_grad_(rg)
         b = make_tensor(shape, dtype, device, seed=1).requires_grad_(rg)
         check_opcheck(OP, (a, b))
+        check_opcheck(torch.ops.myops.mul_backward.default, (make_tensor(shape, dtype, device, seed=2), a.detach(),
+                                                             b.detach()))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -46,6 +66,8 @@ def test_bad_inputs(device):
     raises(ops.mul, a.long(), a.long(), match="a must be a floating-point tensor")
     raises(ops.mul, a.half(), a, match="b must have the same dtype as a")
     raises(ops.mul, a, a.t(), match="b must have the same shape as a")
+    raises(ops.mul_backward, a[:3], a, a, match="grad must have the same shape as a")
+    raises(ops.mul_backward, a.half(), a, a, match="grad must have the same dtype as a")
 
 
 @pytest.mark.cuda

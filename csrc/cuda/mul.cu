@@ -1,4 +1,5 @@
-// mul: out = a * b (same shape). Backward reuses mul itself: da = g * b, db = g * a.
+// mul: out = a * b (same shape). mul_backward: (da, db) = (g * b, g * a) in one pass over g, a and b (two muls
+// read g twice: 6 passes instead of 5).
 #include "elementwise.cuh"
 
 struct MulOp {
@@ -7,4 +8,14 @@ struct MulOp {
   template <class C> __device__ void operator()(C (&o)[1], const C (&i)[2]) const { o[0] = i[0] * i[1]; }
 };
 
+struct MulBackwardOp {  // in: grad, a, b; out: da, db
+  static constexpr int NIN = 3, NOUT = 2;
+  explicit MulBackwardOp(const double*) {}
+  template <class C> __device__ void operator()(C (&o)[2], const C (&i)[3]) const {
+    o[0] = i[0] * i[2];
+    o[1] = i[0] * i[1];
+  }
+};
+
 MYOPS_EW_CUDA_ENTRY(myops_mul_cuda, MulOp)
+MYOPS_EW_CUDA_ENTRY(myops_mul_backward_cuda, MulBackwardOp)

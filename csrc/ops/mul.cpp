@@ -1,8 +1,10 @@
-// myops::mul(a, b) = a * b, same shape. Backward (ops/mul.py) calls mul again: da = grad * b, db = grad * a.
+// myops::mul(a, b) = a * b, same shape.
+// myops::mul_backward(grad, a, b) -> (grad * b, grad * a) in one pass (ops/mul.py takes it when both need a
+// gradient, mul alone otherwise).
 #include "common.h"
 
 namespace {
-myops::EwKernel k_mul("mul");
+myops::EwKernel k_mul("mul"), k_mul_backward("mul_backward");
 
 at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
   myops::dtype_code(a, "mul", "a");
@@ -13,10 +15,32 @@ at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
   myops::run_elementwise(k_mul, {out}, {a, b});
   return out;
 }
+
+std::tuple<at::Tensor, at::Tensor> mul_backward(const at::Tensor& grad, const at::Tensor& a, const at::Tensor& b) {
+  const char* op = "mul_backward";
+  myops::dtype_code(a, op, "a");
+  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{b, "b"}, {grad, "grad"}}) {
+    myops::check_same_device(a, t, op, "a", name);
+    myops::check_same_dtype(a, t, op, "a", name);
+    myops::check_same_shape(a, t, op, "a", name);
+  }
+  at::Tensor da = at::empty(a.sizes(), a.options()), db = at::empty(a.sizes(), a.options());
+  myops::run_elementwise(k_mul_backward, {da, db}, {grad, a, b});
+  return {da, db};
+}
 }  // namespace
 
-TORCH_LIBRARY_FRAGMENT(myops, m) { m.def("mul(Tensor a, Tensor b) -> Tensor"); }
-TORCH_LIBRARY_IMPL(myops, CPU, m) { m.impl("mul", &mul); }
+TORCH_LIBRARY_FRAGMENT(myops, m) {
+  m.def("mul(Tensor a, Tensor b) -> Tensor");
+  m.def("mul_backward(Tensor grad, Tensor a, Tensor b) -> (Tensor, Tensor)");
+}
+TORCH_LIBRARY_IMPL(myops, CPU, m) {
+  m.impl("mul", &mul);
+  m.impl("mul_backward", &mul_backward);
+}
 #ifdef MYOPS_WITH_CUDA
-TORCH_LIBRARY_IMPL(myops, CUDA, m) { m.impl("mul", &mul); }
+TORCH_LIBRARY_IMPL(myops, CUDA, m) {
+  m.impl("mul", &mul);
+  m.impl("mul_backward", &mul_backward);
+}
 #endif
