@@ -206,12 +206,13 @@ __device__ __forceinline__ Pair<acc_t<T>> row_share(const T* __restrict__ xr, in
 }
 
 template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads>
-__global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __restrict__ loss,           // [M]
-                                                             acc_t<T>* __restrict__ stats,          // [M, 2]
-                                                             const T* __restrict__ x, int64_t xs,   // [M, C]
-                                                             const int64_t* __restrict__ target,    // [M]
-                                                             int64_t t_stride, int64_t M, int C, int64_t ignore_index,
-                                                             acc_t<T> smoothing, int cluster_tpr) {
+__global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __restrict__ loss,          // [M]
+                                                                acc_t<T>* __restrict__ stats,         // [M, 2]
+                                                                const T* __restrict__ x, int64_t xs,  // [M, C]
+                                                                const int64_t* __restrict__ target,   // [M]
+                                                                int64_t t_stride, int64_t M, int C,
+                                                                int64_t ignore_index, acc_t<T> smoothing,
+                                                                int cluster_tpr) {
   using A = acc_t<T>;
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   const int tpr = CLUSTER ? cluster_tpr : THREADS;
