@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import re
 import shlex
 import statistics
 import sys
@@ -392,7 +393,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--variants-only", action="store_true", help="only the long-row and layout variants")
     p.add_argument("--cases", help="comma-separated variant names to run, 'default' for each op's own shape (e.g. "
                    "default,N=1024,N=128: several shapes in one process, without the start-up and warm-up of one run "
-                   "per --shape)")
+                   "per --shape; rope's '[S,H,D]' keeps its commas)")
     p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True, help="time forward+backward")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as markdown to PATH")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -406,7 +407,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown ops: {sorted(unknown)}")
     args.dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
-    args.cases = None if args.cases is None else set(args.cases.split(","))
+    # (commas inside brackets belong to the name: rope's "[S,H,D]")
+    args.cases = None if args.cases is None else set(re.split(r",(?![^\[]*\])", args.cases))
     if args.cases is not None:
         unknown = args.cases - {c.variant or "default" for c in CASES}
         if unknown:
