@@ -8,7 +8,8 @@ called directly, no autograd). For each path and dtype it prints
 - the CUDA-event time of one checked and one unchecked forward+backward (bench.py's timer: behind an L2 flush and a
   GPU sleep) and its % of the device-to-device copy;
 - the host time of one unchecked forward+backward while the GPU is kept busy (perf_counter, median of 50): the
-  host's share that the target check's wait exposes as GPU idle time.
+  host's share that a target check waited for in the forward exposes as GPU idle time (`function` and `bare` wait
+  there; `ops` defers its wait to backward since session 29, so its checked row should match its unchecked one).
 --trace DIR writes a torch.profiler trace (CPU and CUDA) of six checked iterations of `ops` and `bare` per dtype.
 """
 import argparse
