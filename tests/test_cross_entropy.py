@@ -231,6 +231,14 @@ def test_unchecked_targets(device, shape):
         raises(ops.cross_entropy, x.detach(), t, match="outside")
 
 
+def test_check_with_grad_cpu():
+    """On the CPU the target check is read before the forward returns, whether or not the logits require grad (only
+    the GPU defers it to backward: test_deferred_check)."""
+    x = make_tensor((4, 9), torch.float32, "cpu", seed=4).requires_grad_()
+    raises(ops.cross_entropy, x, torch.tensor([0, 9, 2, 3]), match="class index 9 outside")
+    raises(ops.cross_entropy, x, torch.tensor([0, 1, -3, 3]), match="class index -3 outside")
+
+
 @pytest.mark.cuda
 def test_deferred_check():
     """Logits on the GPU that require grad: the forward queues the target check without waiting for it and backward
