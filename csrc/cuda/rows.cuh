@@ -63,27 +63,26 @@ struct AddOp {
   }
 };
 
-// exp for the statistics and outputs: fp32 uses exp_f32 (an fp32 output must not carry __expf's argument-scaled
-// error), half types ex2_ftz (their rounding hides its error), fp64 exp.
-// exp(x) for fp32 outputs in six instructions: 2^t on the MUFU (2 ulp) with t = x log2(e) rounded, times
-// (1 + ln2 * c) where c is t's rounding error recovered by FMA (plus the error of log2(e) in fp32). About 2-3 ulp,
-// like expf's, at a third of its cost; results below 2^-126 flush to 0 (an absolute error under 1.2e-38).
-__device__ __forceinline__ float exp_f32(float x) {
-  x = x < -104.f ? -104.f : x;  // exp(-inf) = 0, not inf - inf = NaN below; a NaN x stays NaN
-  const float t = x * 1.44269504088896341f;
-  const float c = fmaf(x, 1.925963033500e-8f, fmaf(x, 1.44269504088896341f, -t));
-  float p;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(t));
-  return p * fmaf(c, 0.693147180559945309f, 1.0f);
-}
-
+constexpr float kLog2e = 1.44269504088896341f;
 // 2^t on the MUFU with subnormal results flushed to 0 (ex2.approx.ftz, 2 ulp); 2^-inf = 0, NaN stays NaN.
 __device__ __forceinline__ float exp2_ftz(float t) {
   float p;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(t));
   return p;
 }
-constexpr float kLog2e = 1.44269504088896341f;
+
+// exp for the statistics and outputs: fp32 uses exp_f32 (an fp32 output must not carry __expf's argument-scaled
+// error), half types exp_ftz (their rounding hides its error), fp64 exp.
+// exp(x) for fp32 outputs in six instructions: 2^t on the MUFU (2 ulp) with t = x log2(e) rounded, times
+// (1 + ln2 * c) where c is t's rounding error recovered by FMA (plus the error of log2(e) in fp32). About 2-3 ulp,
+// like expf's, at a third of its cost; results below 2^-126 flush to 0 (an absolute error under 1.2e-38).
+__device__ __forceinline__ float exp_f32(float x) {
+  x = x < -104.f ? -104.f : x;  // exp(-inf) = 0, not inf - inf = NaN below; a NaN x stays NaN
+  const float t = x * kLog2e;
+  const float c = fmaf(x, 1.925963033500e-8f, fmaf(x, kLog2e, -t));
+  return exp2_ftz(t) * fmaf(c, 0.693147180559945309f, 1.0f);
+}
+
 // exp(x) as 2^(x log2 e): two instructions, where __expf without -ftz compiles to eight (range checks and a rescale
 // for subnormal results, which only move results below 2^-126 off 0); exp(-inf) = 0, NaN stays NaN.
 __device__ __forceinline__ float exp_ftz(float x) { return exp2_ftz(x * kLog2e); }

@@ -6,9 +6,7 @@ myops::EwKernel k_add("add");
 
 at::Tensor add(const at::Tensor& a, const at::Tensor& b) {
   myops::dtype_code(a, "add", "a");
-  myops::check_same_device(a, b, "add", "a", "b");
-  myops::check_same_dtype(a, b, "add", "a", "b");
-  myops::check_same_shape(a, b, "add", "a", "b");
+  myops::check_like(a, b, "add", "a", "b");
   at::Tensor out = at::empty(a.sizes(), a.options());
   myops::run_elementwise(k_add, {out}, {a, b});
   return out;

@@ -32,9 +32,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> add_rms_norm(const at::Tensor& x,
                                                             const std::optional<at::Tensor>& weight, double eps) {
   const char* op = "add_rms_norm";
   const int dtype = myops::dtype_code(x, op, "x");
-  myops::check_same_device(x, residual, op, "x", "residual");
-  myops::check_same_dtype(x, residual, op, "x", "residual");
-  myops::check_same_shape(x, residual, op, "x", "residual");
+  myops::check_like(x, residual, op, "x", "residual");
   const at::Tensor w = checked_weight(x, weight, op, "x");
   TORCH_CHECK(eps >= 0, "myops.add_rms_norm: eps must be >= 0");
   const myops::RowsView xv = myops::rows_view(x), rv = myops::rows_view(residual);
@@ -71,9 +69,7 @@ std::tuple<at::Tensor, at::Tensor> add_rms_norm_backward(const at::Tensor& grad_
   const int dtype = myops::dtype_code(s, op, "s");
   for (const auto& [g, name] : {std::pair<const at::Tensor*, const char*>{&grad_y, "grad_y"},
                                 {grad_s.has_value() ? &*grad_s : &grad_y, "grad_s"}}) {
-    myops::check_same_device(s, *g, op, "s", name);
-    myops::check_same_dtype(s, *g, op, "s", name);
-    myops::check_same_shape(s, *g, op, "s", name);
+    myops::check_like(s, *g, op, "s", name);
   }
   const at::Tensor w = checked_weight(s, weight, op, "s");
   TORCH_CHECK(rstd.sizes() == s.sizes().slice(0, s.dim() - 1) && rstd.scalar_type() == myops::stat_dtype(s) &&

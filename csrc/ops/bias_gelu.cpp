@@ -16,9 +16,7 @@ at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias) {
 
 at::Tensor bias_gelu_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& bias) {
   myops::dtype_code(grad, "bias_gelu_backward", "grad");
-  myops::check_same_device(grad, x, "bias_gelu_backward", "grad", "x");
-  myops::check_same_dtype(grad, x, "bias_gelu_backward", "grad", "x");
-  myops::check_same_shape(grad, x, "bias_gelu_backward", "grad", "x");
+  myops::check_like(grad, x, "bias_gelu_backward", "grad", "x");
   myops::check_last_dim_vector(x, bias, "bias_gelu_backward", "x", "bias");
   at::Tensor dx = at::empty(grad.sizes(), grad.options());
   myops::run_elementwise(k_bwd, {dx}, {grad, x, bias.expand(x.sizes())});

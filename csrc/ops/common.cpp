@@ -79,6 +79,12 @@ void check_same_shape(const at::Tensor& ref, const at::Tensor& t, const char* op
               str(ref.sizes()), ", got ", str(t.sizes()));
 }
 
+void check_like(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name, const char* arg) {
+  check_same_device(ref, t, op, ref_name, arg);
+  check_same_dtype(ref, t, op, ref_name, arg);
+  check_same_shape(ref, t, op, ref_name, arg);
+}
+
 void check_last_dim_vector(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
                            const char* arg) {
   TORCH_CHECK(ref.dim() >= 1, "myops.", op, ": ", ref_name, " must have at least 1 dimension, got a 0-d tensor");

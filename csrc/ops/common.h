@@ -67,6 +67,8 @@ void check_same_dtype(const at::Tensor& ref, const at::Tensor& t, const char* op
                       const char* arg);
 void check_same_shape(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
                       const char* arg);
+// t must be on ref's device, in ref's dtype and of ref's shape (in that order: an elementwise operand).
+void check_like(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name, const char* arg);
 // t must be 1-D with ref.size(-1) elements (a per-feature bias), on ref's device, in ref's dtype.
 void check_last_dim_vector(const at::Tensor& ref, const at::Tensor& t, const char* op, const char* ref_name,
                            const char* arg);

@@ -15,9 +15,7 @@ struct GluKernels {
 
 inline void check_gate_up(const at::Tensor& gate, const at::Tensor& up, const char* op) {
   dtype_code(gate, op, "gate");
-  check_same_device(gate, up, op, "gate", "up");
-  check_same_dtype(gate, up, op, "gate", "up");
-  check_same_shape(gate, up, op, "gate", "up");
+  check_like(gate, up, op, "gate", "up");
 }
 
 inline at::Tensor glu_forward(GluKernels& k, const at::Tensor& gate, const at::Tensor& up) {
@@ -31,9 +29,7 @@ inline std::tuple<at::Tensor, at::Tensor> glu_backward(GluKernels& k, const at::
                                                        const at::Tensor& up) {
   const std::string op = k.name + "_backward";
   check_gate_up(gate, up, op.c_str());
-  check_same_device(gate, grad, op.c_str(), "gate", "grad");
-  check_same_dtype(gate, grad, op.c_str(), "gate", "grad");
-  check_same_shape(gate, grad, op.c_str(), "gate", "grad");
+  check_like(gate, grad, op.c_str(), "gate", "grad");
   at::Tensor dgate = at::empty(gate.sizes(), gate.options());
   at::Tensor dup = at::empty(gate.sizes(), gate.options());
   run_elementwise(k.bwd, {dgate, dup}, {grad, gate, up});

@@ -78,9 +78,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
   const char* op = "layer_norm_backward";
   const int dtype = myops::dtype_code(x, op, "x");
   TORCH_CHECK(x.dim() >= 1, "myops.layer_norm_backward: x must have at least 1 dimension, got a 0-d tensor");
-  myops::check_same_device(x, grad, op, "x", "grad");
-  myops::check_same_dtype(x, grad, op, "x", "grad");
-  myops::check_same_shape(x, grad, op, "x", "grad");
+  myops::check_like(x, grad, op, "x", "grad");
   check_stat(x, mean, "mean");
   check_stat(x, rstd, "rstd");
   const at::Tensor w = checked_param(x, weight, op, "weight");

@@ -8,9 +8,7 @@ myops::EwKernel k_mul("mul"), k_mul_backward("mul_backward");
 
 at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
   myops::dtype_code(a, "mul", "a");
-  myops::check_same_device(a, b, "mul", "a", "b");
-  myops::check_same_dtype(a, b, "mul", "a", "b");
-  myops::check_same_shape(a, b, "mul", "a", "b");
+  myops::check_like(a, b, "mul", "a", "b");
   at::Tensor out = at::empty(a.sizes(), a.options());
   myops::run_elementwise(k_mul, {out}, {a, b});
   return out;
@@ -19,11 +17,8 @@ at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
 std::tuple<at::Tensor, at::Tensor> mul_backward(const at::Tensor& grad, const at::Tensor& a, const at::Tensor& b) {
   const char* op = "mul_backward";
   myops::dtype_code(a, op, "a");
-  for (const auto& [t, name] : {std::pair<const at::Tensor&, const char*>{b, "b"}, {grad, "grad"}}) {
-    myops::check_same_device(a, t, op, "a", name);
-    myops::check_same_dtype(a, t, op, "a", name);
-    myops::check_same_shape(a, t, op, "a", name);
-  }
+  myops::check_like(a, b, op, "a", "b");
+  myops::check_like(a, grad, op, "a", "grad");
   at::Tensor da = at::empty(a.sizes(), a.options()), db = at::empty(a.sizes(), a.options());
   myops::run_elementwise(k_mul_backward, {da, db}, {grad, a, b});
   return {da, db};

@@ -13,9 +13,7 @@ at::Tensor relu(const at::Tensor& x) {
 
 at::Tensor relu_backward(const at::Tensor& grad, const at::Tensor& out) {
   myops::dtype_code(grad, "relu_backward", "grad");
-  myops::check_same_device(grad, out, "relu_backward", "grad", "out");
-  myops::check_same_dtype(grad, out, "relu_backward", "grad", "out");
-  myops::check_same_shape(grad, out, "relu_backward", "grad", "out");
+  myops::check_like(grad, out, "relu_backward", "grad", "out");
   at::Tensor dx = at::empty(grad.sizes(), grad.options());
   myops::run_elementwise(k_relu_backward, {dx}, {grad, out});
   return dx;

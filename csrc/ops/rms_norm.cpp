@@ -60,9 +60,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_backward(const at::Tensor& grad, con
                                                      bool weight_grad, double eps) {
   const char* op = "rms_norm_backward";
   const int dtype = myops::dtype_code(x, op, "x");
-  myops::check_same_device(x, grad, op, "x", "grad");
-  myops::check_same_dtype(x, grad, op, "x", "grad");
-  myops::check_same_shape(x, grad, op, "x", "grad");
+  myops::check_like(x, grad, op, "x", "grad");
   const at::Tensor w = checked_weight(x, weight, op);
   TORCH_CHECK(rstd.sizes() == x.sizes().slice(0, x.dim() - 1) && rstd.scalar_type() == myops::stat_dtype(x) &&
                   rstd.device() == x.device(),

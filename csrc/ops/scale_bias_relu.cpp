@@ -17,9 +17,7 @@ at::Tensor scale_bias_relu(const at::Tensor& x, const at::Tensor& bias, double s
 std::tuple<at::Tensor, at::Tensor> scale_bias_relu_backward(const at::Tensor& grad, const at::Tensor& out,
                                                             double scale) {
   myops::dtype_code(grad, "scale_bias_relu_backward", "grad");
-  myops::check_same_device(grad, out, "scale_bias_relu_backward", "grad", "out");
-  myops::check_same_dtype(grad, out, "scale_bias_relu_backward", "grad", "out");
-  myops::check_same_shape(grad, out, "scale_bias_relu_backward", "grad", "out");
+  myops::check_like(grad, out, "scale_bias_relu_backward", "grad", "out");
   at::Tensor dx = at::empty(grad.sizes(), grad.options());
   at::Tensor dpre = at::empty(grad.sizes(), grad.options());
   myops::run_elementwise(k_bwd, {dx, dpre}, {grad, out}, {scale});

@@ -54,9 +54,7 @@ inline at::Tensor softmax_forward(SoftmaxKernels& k, const char* op, const at::T
 inline at::Tensor softmax_backward(SoftmaxKernels& k, const char* op, const at::Tensor& grad_in,
                                    const at::Tensor& y_in, int64_t dim) {
   const int dtype = dtype_code(y_in, op, "y");
-  check_same_device(y_in, grad_in, op, "y", "grad");
-  check_same_dtype(y_in, grad_in, op, "y", "grad");
-  check_same_shape(y_in, grad_in, op, "y", "grad");
+  check_like(y_in, grad_in, op, "y", "grad");
   const int64_t d = softmax_dim(y_in, dim, op);
   auto moved = [&](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t.movedim(d, -1); };
   const at::Tensor g = moved(grad_in), y = moved(y_in);
