@@ -30,7 +30,7 @@ enum {
 };
 
 /* Version of this ABI. The registration layer refuses a kernel library built against another one. */
-#define MYOPS_ABI_VERSION 4
+#define MYOPS_ABI_VERSION 5
 
 /* An operand of a 2-D strided elementwise problem [rows, cols]: element (r, c) lives at
  * ptr[r * row_stride + c * col_stride]. A bias broadcast over rows has row_stride 0. */

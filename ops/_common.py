@@ -7,18 +7,6 @@ from collections.abc import Sequence
 import torch
 
 
-def leading_dims(t: torch.Tensor) -> list[int]:
-    """All dims but the last: the dims a per-feature bias is broadcast over (its gradient sums over them)."""
-    return list(range(t.dim() - 1))
-
-
-def reduce_to_bias(grad: torch.Tensor) -> torch.Tensor:
-    """Gradient of a [hidden] bias broadcast over grad's leading dims: their sum, by myops.sum."""
-    if grad.dim() == 1:
-        return grad
-    return torch.ops.myops.sum(grad, leading_dims(grad))
-
-
 def reduced_dims(ndim: int, dim: Sequence[int] | None) -> list[int]:
     """The dims torch.sum(x, dim) reduces, wrapped and sorted (None or [] means all)."""
     if not dim:

@@ -2,8 +2,6 @@
 
 import torch
 
-from ._common import reduce_to_bias
-
 OP = torch.ops.myops.bias_gelu.default
 BACKWARD = torch.ops.myops.bias_gelu_backward.default
 
@@ -13,8 +11,9 @@ def bias_gelu(x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return OP(x, bias)
 
 
-def bias_gelu_backward(grad: torch.Tensor, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """grad * gelu_tanh'(x + bias): the gradient for x (and, summed over leading dims, for bias)."""
+def bias_gelu_backward(grad: torch.Tensor, x: torch.Tensor, bias: torch.Tensor):
+    """(grad_x, grad_bias) in one pass: grad_x = grad * gelu_tanh'(x + bias), grad_bias = grad_x summed over all but
+    the last dim."""
     return BACKWARD(grad, x, bias)
 
 
@@ -28,7 +27,7 @@ def _(x, bias):
 
 @torch.library.register_fake("myops::bias_gelu_backward")
 def _(grad, x, bias):
-    return grad.new_empty(grad.shape)
+    return grad.new_empty(grad.shape), grad.new_empty(grad.shape[-1:])
 
 
 def _setup(ctx, inputs, output):
@@ -37,9 +36,8 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad):
     x, bias = ctx.saved_tensors
-    dx = BACKWARD(grad, x, bias)
-    db = reduce_to_bias(dx) if ctx.needs_input_grad[1] else None
-    return dx, db
+    dx, db = BACKWARD(grad, x, bias)
+    return dx, db if ctx.needs_input_grad[1] else None
 
 
 torch.library.register_autograd("myops::bias_gelu", _backward, setup_context=_setup)

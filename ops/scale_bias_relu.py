@@ -2,8 +2,6 @@
 
 import torch
 
-from ._common import reduce_to_bias
-
 OP = torch.ops.myops.scale_bias_relu.default
 BACKWARD = torch.ops.myops.scale_bias_relu_backward.default
 
@@ -14,7 +12,8 @@ def scale_bias_relu(x: torch.Tensor, bias: torch.Tensor, scale: float = 1.0) -> 
 
 
 def scale_bias_relu_backward(grad: torch.Tensor, out: torch.Tensor, scale: float):
-    """(grad_x, grad_pre): grad_pre = grad where out > 0, grad_x = grad_pre * scale."""
+    """(grad_x, grad_bias) in one pass: with grad_pre = grad where out > 0, grad_x = grad_pre * scale and grad_bias
+    = grad_pre summed over all but the last dim."""
     return BACKWARD(grad, out, float(scale))
 
 
@@ -28,7 +27,8 @@ def _(x, bias, scale):
 
 @torch.library.register_fake("myops::scale_bias_relu_backward")
 def _(grad, out, scale):
-    return grad.new_empty(grad.shape), grad.new_empty(grad.shape)
+    torch._check(grad.dim() >= 1, lambda: "myops.scale_bias_relu_backward: grad must have at least 1 dimension")
+    return grad.new_empty(grad.shape), grad.new_empty(grad.shape[-1:])
 
 
 def _setup(ctx, inputs, output):
@@ -38,9 +38,8 @@ def _setup(ctx, inputs, output):
 
 def _backward(ctx, grad):
     (out,) = ctx.saved_tensors
-    dx, dpre = BACKWARD(grad, out, ctx.scale)
-    db = reduce_to_bias(dpre) if ctx.needs_input_grad[1] else None
-    return dx, db, None
+    dx, db = BACKWARD(grad, out, ctx.scale)
+    return dx, db if ctx.needs_input_grad[1] else None, None
 
 
 torch.library.register_autograd("myops::scale_bias_relu", _backward, setup_context=_setup)

@@ -235,3 +235,19 @@ def check_against_eager(fn: Callable, eager_fn: Callable, ref_fn: Callable | Non
             continue
         assert a is not None, f"grad of input {i}: missing"
         check_vs_eager(a, b, c, a.dtype, what=f"grad of input {i}")
+
+
+# Ops with a per-feature bias, on shapes past what hypothesis draws: the CUDA backward sums the bias gradient per
+# block of rows (csrc/cuda/elementwise.cuh, ew_sum_kernel): narrow rows (many rows per block), a few rows in flight
+# per thread and a tail, odd widths (the scalar path), one long row, no rows.
+BIAS_SHAPES = [(4099, 8), (1000, 4096), (3, 5, 1001), (1, 70000), (2, 1, 3), (129, 0)]
+bias_cases = pytest.mark.parametrize("shape,dtype,layout", [
+    (s, d, lay) for s in BIAS_SHAPES for d, lay in [(torch.bfloat16, "contiguous"), (torch.float32, "transposed"),
+                                                     (torch.float16, "row_strided"), (torch.float64, "contiguous")]])
+
+
+def check_bias_op(fn: Callable, ref_fn: Callable, device: str, shape, dtype: torch.dtype, layout: str) -> None:
+    """fn(x, bias) and its gradients (bias's summed over rows) against ref_fn in float64."""
+    x = make_tensor(shape, dtype, device, layout, seed=3)
+    bias = make_tensor(shape[-1:], dtype, device, seed=4)
+    check_against_reference(fn, ref_fn, [x, bias], row_broadcast=[1])

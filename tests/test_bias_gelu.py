@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_close, check_compile,
+from common import (DEVICES, DTYPES, LAYOUTS, bias_cases, check_against_reference, check_bias_op, check_close, check_compile,
                     check_gradcheck, check_opcheck, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.bias_gelu.default
@@ -32,6 +32,12 @@ def test_wide_range(device, dtype):
     x = x.to(dtype=dtype, device=device).reshape(-1, 1)
     bias = torch.zeros(1, dtype=dtype, device=device)
     check_close(ops.bias_gelu(x, bias), ref(x.double(), bias.double()), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@bias_cases
+def test_bias_grad_shapes(device, shape, dtype, layout):
+    check_bias_op(ops.bias_gelu, ref, device, shape, dtype, layout)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -4,8 +4,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_compile, check_gradcheck,
-                    check_opcheck, make_tensor, raises, shapes)
+from common import (DEVICES, DTYPES, LAYOUTS, bias_cases, check_against_reference, check_bias_op, check_compile,
+                    check_gradcheck, check_opcheck, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.scale_bias_relu.default
 
@@ -23,6 +23,13 @@ def test_matches_reference(device, shape, dtype, layout, bias_layout, scale, see
     bias = make_tensor(shape[-1:], dtype, device, bias_layout, seed + 1)
     check_against_reference(lambda a, b: ops.scale_bias_relu(a, b, scale), lambda a, b: ref(a, b, scale),
                             [x, bias], row_broadcast=[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@bias_cases
+def test_bias_grad_shapes(device, shape, dtype, layout):
+    check_bias_op(lambda a, b: ops.scale_bias_relu(a, b, 0.75), lambda a, b: ref(a, b, 0.75), device, shape, dtype,
+                  layout)
 
 
 @pytest.mark.parametrize("device", DEVICES)

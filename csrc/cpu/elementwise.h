@@ -17,12 +17,15 @@
 typedef void (*myops_ew_f32_fn)(int64_t n, float* const* out, const float* const* in, const double* scalars);
 typedef void (*myops_ew_f64_fn)(int64_t n, double* const* out, const double* const* in, const double* scalars);
 
+/* colsum non-null: the last output is not stored but added, per column, to colsum [cols] (fp64): a bias
+ * gradient's partial sums for the caller's share of the rows. */
 MYOPS_CPU_VEC static int myops_ew_cpu(int nin, int nout, const myops_out_operand* outs, const myops_operand* ins,
                                int64_t rows, int64_t cols, int dtype, const double* scalars,
-                               myops_ew_f32_fn f32, myops_ew_f64_fn f64) {
+                               myops_ew_f32_fn f32, myops_ew_f64_fn f64, double* colsum) {
   const int64_t es = myops_dtype_size(dtype);
+  const int nw = colsum ? nout - 1 : nout; /* outputs stored */
   if (es == 0) return MYOPS_EDTYPE;
-  if (nin > MYOPS_EW_MAX_OPERANDS || nout > MYOPS_EW_MAX_OPERANDS) return MYOPS_EARG;
+  if (nin > MYOPS_EW_MAX_OPERANDS || nout > MYOPS_EW_MAX_OPERANDS || nw < 0) return MYOPS_EARG;
   if (dtype == MYOPS_F64) {
     double ib[MYOPS_EW_MAX_OPERANDS][MYOPS_EW_CHUNK], ob[MYOPS_EW_MAX_OPERANDS][MYOPS_EW_CHUNK];
     const double* ip[MYOPS_EW_MAX_OPERANDS];
@@ -37,10 +40,12 @@ MYOPS_CPU_VEC static int myops_ew_cpu(int nin, int nout, const myops_out_operand
           for (int64_t e = 0; e < n; ++e) ib[i][e] = s[e * ins[i].col_stride];
         }
         f64(n, op, ip, scalars);
-        for (int k = 0; k < nout; ++k) {
+        for (int k = 0; k < nw; ++k) {
           double* d = (double*)outs[k].ptr + r * outs[k].row_stride + c0 * outs[k].col_stride;
           for (int64_t e = 0; e < n; ++e) d[e * outs[k].col_stride] = ob[k][e];
         }
+        if (colsum)
+          for (int64_t e = 0; e < n; ++e) colsum[c0 + e] += ob[nw][e];
       }
     }
     return MYOPS_OK;
@@ -57,9 +62,11 @@ MYOPS_CPU_VEC static int myops_ew_cpu(int nin, int nout, const myops_out_operand
         myops_load_f32(dtype, (const char*)ins[i].ptr + (r * ins[i].row_stride + c0 * ins[i].col_stride) * es,
                        ins[i].col_stride, n, ib[i]);
       f32(n, op, ip, scalars);
-      for (int k = 0; k < nout; ++k)
+      for (int k = 0; k < nw; ++k)
         myops_store_f32(dtype, (char*)outs[k].ptr + (r * outs[k].row_stride + c0 * outs[k].col_stride) * es,
                         outs[k].col_stride, n, ob[k]);
+      if (colsum)
+        for (int64_t e = 0; e < n; ++e) colsum[c0 + e] += (double)ob[nw][e];
     }
   }
   return MYOPS_OK;
@@ -68,7 +75,7 @@ MYOPS_CPU_VEC static int myops_ew_cpu(int nin, int nout, const myops_out_operand
 /* Defines the op's fp32 and fp64 bodies and its C entry point `name` (the ABI every elementwise op shares).
  * BODY sees T (float or double), e (the element), in[i][e], out[k][e], s[j] (the op's scalars); MYOPS_EXP
  * (vmath.h) is exp in T's precision that vectorizes. */
-#define MYOPS_EW_CPU_ENTRY(name, NIN, NOUT, BODY)                                                          \
+#define MYOPS_EW_CPU_BODIES(name, BODY)                                                                   \
   MYOPS_CPU_VEC static void name##_f32(int64_t n, float* const* out, const float* const* in, const double* s) {        \
     typedef float T;                                                                                      \
     (void)s;                                                                                              \
@@ -78,10 +85,22 @@ MYOPS_CPU_VEC static int myops_ew_cpu(int nin, int nout, const myops_out_operand
     typedef double T;                                                                                     \
     (void)s;                                                                                              \
     for (int64_t e = 0; e < n; ++e) { BODY }                                                              \
-  }                                                                                                       \
+  }
+#define MYOPS_EW_CPU_ENTRY(name, NIN, NOUT, BODY)                                                          \
+  MYOPS_EW_CPU_BODIES(name, BODY)                                                                         \
   int name(const myops_out_operand* outs, const myops_operand* ins, int64_t rows, int64_t cols, int dtype, \
            const double* scalars) {                                                                       \
-    return myops_ew_cpu(NIN, NOUT, outs, ins, rows, cols, dtype, scalars, name##_f32, name##_f64);       \
+    return myops_ew_cpu(NIN, NOUT, outs, ins, rows, cols, dtype, scalars, name##_f32, name##_f64, NULL); \
+  }
+
+/* An elementwise backward with a bias gradient (the twin of cuda/elementwise.cuh's MYOPS_EW_SUM_CUDA_ENTRY):
+ * BODY's last output out[NOUT - 1] is the summand, added to colsum [cols] (fp64) instead of stored. */
+#define MYOPS_EW_SUM_CPU_ENTRY(name, NIN, NOUT, BODY)                                                      \
+  MYOPS_EW_CPU_BODIES(name, BODY)                                                                         \
+  int name(const myops_out_operand* outs, const myops_operand* ins, int64_t rows, int64_t cols, int dtype, \
+           const double* scalars, double* colsum) {                                                       \
+    if (colsum == NULL) return MYOPS_EARG;                                                                \
+    return myops_ew_cpu(NIN, NOUT, outs, ins, rows, cols, dtype, scalars, name##_f32, name##_f64, colsum); \
   }
 
 #endif /* MYOPS_CPU_ELEMENTWISE_H */

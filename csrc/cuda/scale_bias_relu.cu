@@ -1,5 +1,6 @@
 // scale_bias_relu:          out = relu(x * scale + bias)          x [rows, hidden], bias [hidden] (row_stride 0)
-// scale_bias_relu_backward: dpre = out > 0 ? g : 0;  dx = dpre * scale;  dbias = sum_rows(dpre) (by the sum op)
+// scale_bias_relu_backward: dpre = out > 0 ? g : 0;  dx = dpre * scale;  dbias = sum_rows(dpre)
+//                           (dx written, dpre summed per row block: elementwise.cuh, ew_sum_launch)
 // One rounding at the end: x * scale + bias is a single fp32 fma, where eager rounds twice in half types.
 #include "elementwise.cuh"
 
@@ -13,8 +14,8 @@ struct ScaleBiasReluOp {
   }
 };
 
-struct ScaleBiasReluBackwardOp {  // in: grad, out; out: dx, dpre
-  static constexpr int NIN = 2, NOUT = 2;
+struct ScaleBiasReluBackwardOp {  // in: grad, out; out: dx, dpre (summed)
+  static constexpr int NIN = 2, NOUT = 2, BCAST = -1;
   double scale;
   explicit ScaleBiasReluBackwardOp(const double* s) : scale(s[0]) {}
   template <class A> __device__ void operator()(A (&o)[2], const A (&i)[2]) const {
@@ -25,4 +26,4 @@ struct ScaleBiasReluBackwardOp {  // in: grad, out; out: dx, dpre
 };
 
 MYOPS_EW_CUDA_ENTRY(myops_scale_bias_relu_cuda, ScaleBiasReluOp)
-MYOPS_EW_CUDA_ENTRY(myops_scale_bias_relu_backward_cuda, ScaleBiasReluBackwardOp)
+MYOPS_EW_SUM_CUDA_ENTRY(myops_scale_bias_relu_backward_cuda, ScaleBiasReluBackwardOp)

@@ -1,10 +1,11 @@
 // myops::bias_gelu(x, bias) = gelu(x + bias, approximate="tanh"), bias [x.shape[-1]].
-// myops::bias_gelu_backward(grad, x, bias) = grad * gelu'(x + bias) (= grad_x; grad_bias is its sum over all but
-// the last dim, ops/bias_gelu.py).
+// myops::bias_gelu_backward(grad, x, bias) -> (grad_x, grad_bias): grad_x = grad * gelu'(x + bias), grad_bias = its
+// sum over all but the last dim, in one pass.
 #include "common.h"
 
 namespace {
-myops::EwKernel k_fwd("bias_gelu"), k_bwd("bias_gelu_backward");
+myops::EwKernel k_fwd("bias_gelu");
+myops::EwSumKernel k_bwd("bias_gelu_backward");
 
 at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias) {
   myops::dtype_code(x, "bias_gelu", "x");
@@ -14,19 +15,20 @@ at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias) {
   return out;
 }
 
-at::Tensor bias_gelu_backward(const at::Tensor& grad, const at::Tensor& x, const at::Tensor& bias) {
+std::tuple<at::Tensor, at::Tensor> bias_gelu_backward(const at::Tensor& grad, const at::Tensor& x,
+                                                      const at::Tensor& bias) {
   myops::dtype_code(grad, "bias_gelu_backward", "grad");
   myops::check_like(grad, x, "bias_gelu_backward", "grad", "x");
   myops::check_last_dim_vector(x, bias, "bias_gelu_backward", "x", "bias");
   at::Tensor dx = at::empty(grad.sizes(), grad.options());
-  myops::run_elementwise(k_bwd, {dx}, {grad, x, bias.expand(x.sizes())});
-  return dx;
+  at::Tensor dbias = myops::run_elementwise_sum(k_bwd, {dx}, {grad, x, bias.expand(x.sizes())});
+  return {dx, dbias};
 }
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(myops, m) {
   m.def("bias_gelu(Tensor x, Tensor bias) -> Tensor");
-  m.def("bias_gelu_backward(Tensor grad, Tensor x, Tensor bias) -> Tensor");
+  m.def("bias_gelu_backward(Tensor grad, Tensor x, Tensor bias) -> (Tensor, Tensor)");
 }
 TORCH_LIBRARY_IMPL(myops, CPU, m) {
   m.impl("bias_gelu", &bias_gelu);

@@ -266,6 +266,50 @@ void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs_l, std:
   check_status(status.load(), k.name.c_str(), "CPU");
 }
 
+
+at::Tensor run_elementwise_sum(EwSumKernel& k, std::initializer_list<at::Tensor> outs_l,
+                               std::initializer_list<at::Tensor> ins_l, std::initializer_list<double> scalars_l) {
+  const std::vector<at::Tensor> outs(outs_l);
+  const std::vector<double> scalars(scalars_l);
+  const at::Tensor& ref = outs.at(0);
+  TORCH_INTERNAL_ASSERT(ref.dim() >= 1);
+  const int64_t N = ref.size(-1), M = N > 0 ? ref.numel() / N : 0;
+  const int dtype = dtype_code(ref, k.name.c_str(), "input");
+  if (ref.numel() == 0) return at::zeros({N}, ref.options());
+  std::vector<RowsView> ins;  // views (or contiguous copies) kept alive for the launch
+  for (const auto& t : ins_l) ins.push_back(rows_view(t));
+  std::vector<myops_operand> in_ops;
+  for (const auto& v : ins) in_ops.push_back(v.op);
+  std::vector<myops_out_operand> out_ops;
+  for (const auto& t : outs) out_ops.push_back(out_rows(t));
+
+  if (ref.is_cuda()) {
+#ifdef MYOPS_WITH_CUDA
+    const c10::cuda::OptionalCUDAGuard guard(ref.device());
+    const int64_t R = k.cuda_ws.get()(M, N, dtype);
+    TORCH_CHECK(R > 0, "myops.", k.name, ": no launch configuration for ", str(ref.sizes()));
+    at::Tensor ws = at::empty({R, N}, ref.options().dtype(stat_dtype(ref)));
+    const int rc = k.cuda.get()(out_ops.data(), in_ops.data(), M, N, dtype, scalars.data(), ws.data_ptr(), R,
+                                current_stream(ref));
+    check_status(rc, k.name.c_str(), "CUDA");
+    return colsum_cuda(ws.unsqueeze(0), ref.scalar_type(), k.name.c_str())[0];
+#else
+    TORCH_CHECK(false, "myops.", k.name, ": this build of myops has no CUDA support");
+#endif
+  }
+  TORCH_INTERNAL_ASSERT(ref.is_cpu());
+  EwSumCpuFn fn = k.cpu.get();
+  const int64_t es = ref.element_size(), parts = cpu_parts(M);
+  at::Tensor ws = at::zeros({parts, N}, ref.options().dtype(at::kDouble));  // a row of partial sums per part
+  cpu_row_parts(M, parts, k.name.c_str(), [&](int64_t q, int64_t b, int64_t e) {
+    std::vector<myops_operand> ip(in_ops);
+    std::vector<myops_out_operand> op(out_ops);
+    for (auto& o : ip) o = shifted(o, b, es);
+    for (auto& o : op) o = shifted(o, b, es);
+    return fn(op.data(), ip.data(), e - b, N, dtype, scalars.data(), ws.data_ptr<double>() + q * N);
+  });
+  return ws.sum(0).to(ref.scalar_type());
+}
 }  // namespace myops
 
 // ---- C entry points for the Python loader (ctypes) --------------------------------------------------------------

@@ -97,6 +97,33 @@ struct EwKernel {
 void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs, std::initializer_list<at::Tensor> ins,
                      std::initializer_list<double> scalars = {});
 
+// Elementwise backward ops with a bias gradient (csrc/cuda/elementwise.cuh, MYOPS_EW_SUM_CUDA_ENTRY; the CPU twin in
+// csrc/cpu/elementwise.h): the op's last result is summed over rows instead of stored.
+//   int     myops_<name>_cpu (outs, ins, rows, cols, dtype, scalars, double* colsum);   colsum [cols] +=
+//   int     myops_<name>_cuda(outs, ins, rows, cols, dtype, scalars, void* ws, int64_t R, void* stream);
+//   int64_t myops_<name>_cuda_ws(int64_t rows, int64_t cols, int dtype);                 R (ws [R, cols], acc dtype)
+using EwSumCpuFn = int (*)(const myops_out_operand*, const myops_operand*, int64_t, int64_t, int, const double*,
+                           double*);
+using EwSumCudaFn = int (*)(const myops_out_operand*, const myops_operand*, int64_t, int64_t, int, const double*,
+                            void*, int64_t, void*);
+using EwSumWsFn = int64_t (*)(int64_t, int64_t, int);
+
+struct EwSumKernel {
+  explicit EwSumKernel(const std::string& name)
+      : name(name), cpu("myops_" + name + "_cpu"), cuda("myops_" + name + "_cuda"),
+        cuda_ws("myops_" + name + "_cuda_ws") {}
+  std::string name;
+  Kernel<EwSumCpuFn> cpu;
+  Kernel<EwSumCudaFn> cuda;
+  Kernel<EwSumWsFn> cuda_ws;
+};
+
+// Runs k over outs (contiguous, allocated by the caller, of shape [..., N]) and ins of the same shape (a bias
+// may be bias.expand(shape)) as a [rows, N] problem; returns the column sums [N] of the op's last result (a bias
+// gradient) in the outputs' dtype. Inputs whose leading dims do not collapse are copied once.
+at::Tensor run_elementwise_sum(EwSumKernel& k, std::initializer_list<at::Tensor> outs,
+                               std::initializer_list<at::Tensor> ins, std::initializer_list<double> scalars = {});
+
 // Runs fn(begin, end) over [0, n) on at::parallel_for when the work (n * cost elements) is worth threads.
 template <class F> void parallel_rows(int64_t n, int64_t cost, const F& fn) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cost, 1));

@@ -1,10 +1,11 @@
 // myops::scale_bias_relu(x, bias, scale) = relu(x * scale + bias), bias [x.shape[-1]].
-// myops::scale_bias_relu_backward(grad, out, scale) -> (grad_x, grad_pre): grad_pre = out > 0 ? grad : 0,
-// grad_x = grad_pre * scale; grad_bias = sum of grad_pre over all but the last dim (ops/scale_bias_relu.py).
+// myops::scale_bias_relu_backward(grad, out, scale) -> (grad_x, grad_bias): with grad_pre = out > 0 ? grad : 0,
+// grad_x = grad_pre * scale and grad_bias = the sum of grad_pre over all but the last dim, in one pass.
 #include "common.h"
 
 namespace {
-myops::EwKernel k_fwd("scale_bias_relu"), k_bwd("scale_bias_relu_backward");
+myops::EwKernel k_fwd("scale_bias_relu");
+myops::EwSumKernel k_bwd("scale_bias_relu_backward");
 
 at::Tensor scale_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale) {
   myops::dtype_code(x, "scale_bias_relu", "x");
@@ -18,10 +19,10 @@ std::tuple<at::Tensor, at::Tensor> scale_bias_relu_backward(const at::Tensor& gr
                                                             double scale) {
   myops::dtype_code(grad, "scale_bias_relu_backward", "grad");
   myops::check_like(grad, out, "scale_bias_relu_backward", "grad", "out");
+  TORCH_CHECK(grad.dim() >= 1, "myops.scale_bias_relu_backward: grad must have at least 1 dimension");
   at::Tensor dx = at::empty(grad.sizes(), grad.options());
-  at::Tensor dpre = at::empty(grad.sizes(), grad.options());
-  myops::run_elementwise(k_bwd, {dx, dpre}, {grad, out}, {scale});
-  return {dx, dpre};
+  at::Tensor dbias = myops::run_elementwise_sum(k_bwd, {dx}, {grad, out}, {scale});
+  return {dx, dbias};
 }
 }  // namespace
 
