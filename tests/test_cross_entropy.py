@@ -282,14 +282,17 @@ def test_graph_replay(dtype):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("cluster", [2, 8])
-def test_clustered_rows(cluster, tmp_path):
-    """The streaming forward with every row split over a cluster (MYOPS_CE_CLUSTER, read once per process: run in a
-    subprocess; by default only long rows whose waves would leave the last one part-filled take clusters): rows far
-    longer and far shorter than the cluster's threads (C = 8: one thread of 256 * cluster holds the row), smoothing,
-    an ignored row; loss and gradient against float64."""
+@pytest.mark.parametrize("env", [{"MYOPS_CE_CLUSTER": "2", "MYOPS_CE_BULK": "0"},
+                                 {"MYOPS_CE_CLUSTER": "8", "MYOPS_CE_BULK": "0"}, {"MYOPS_CE_BULK": "2"}],
+                         ids=["cluster2", "cluster8", "bulk"])
+def test_forward_variants(env, tmp_path):
+    """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
+    the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
+    last one part-filled); MYOPS_CE_BULK=2: the bulk-copy kernel for every row up to 64 KB (by default rows of 32-64
+    KB). Rows far longer and far shorter than a CTA's or cluster's threads (C = 8: one thread holds the row), a
+    partial last group (C = 1000, 16000), smoothing, an ignored row; loss and gradient against float64."""
     cases = []
-    for shape in [(5, 32000), (3, 4096), (7, 1000), (2, 8)]:
+    for shape in [(5, 32000), (4, 16000), (3, 4096), (7, 1000), (2, 8)]:
         for dtype in (torch.float32, torch.bfloat16):
             for smoothing in (0.0, 0.1):
                 x = make_tensor(shape, dtype, "cpu", seed=shape[1]) * 4
@@ -308,7 +311,7 @@ for x, t, g, smoothing in torch.load({str(tmp_path / "in.pt")!r}):
 torch.save(out, {str(tmp_path / "out.pt")!r})
 """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_CLUSTER=str(cluster)),
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, **env),
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     for (x, t, g, smoothing), (loss, dx) in zip(cases, torch.load(tmp_path / "out.pt")):

@@ -12,7 +12,7 @@
 #include <climits>
 #include <cmath>
 
-#include "regrow.cuh"
+#include "rowpipe.cuh"
 
 namespace {
 using namespace myops;
@@ -171,8 +171,10 @@ constexpr int kStreamThreads = 256;  // the streaming forward's CTA
 // rest is the target check, the reduction and their launches. Measured and not taken, H100: the groups staged
 // through shared memory by cp.async two ahead (rr::Stage; bf16 80.7, fp32 86.9), 5 CTAs per SM (48 registers, a
 // spill; V = 262144 bf16 85.7: its clusters), the next row's target read a row ahead (no change).
-template <class T, bool SMOOTH, bool LOG2, int U>
-__device__ __forceinline__ Pair<acc_t<T>> row_share(const T* __restrict__ xr, int C, int t, int tpr, acc_t<T>& sx) {
+// wait(g): called before group g is read (the bulk kernel's copies; the stream kernel's is empty).
+template <class T, bool SMOOTH, bool LOG2, int U, class Wait>
+__device__ __forceinline__ Pair<acc_t<T>> row_share(const T* __restrict__ xr, int C, int t, int tpr, acc_t<T>& sx,
+                                                    const Wait& wait) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   const int G = tpr * U * VEC, ng = (C + G - 1) / G;  // columns per group, groups
@@ -181,6 +183,7 @@ __device__ __forceinline__ Pair<acc_t<T>> row_share(const T* __restrict__ xr, in
   sx = A(0);
   for (int g = 0; g < ng; ++g) {
     const int c0 = g * G;
+    wait(g);
     rr::Regs<T, U> v;
     if (C - c0 >= G) v.load<true>(xr + c0, C - c0, t, tpr, fill);  // (a full group: no bounds tests, no fill)
     else v.load(xr + c0, C - c0, t, tpr, fill);
@@ -205,6 +208,61 @@ __device__ __forceinline__ Pair<acc_t<T>> row_share(const T* __restrict__ xr, in
   return {m, s};
 }
 
+// Row r's target tg (ignore_index: none), clamped into the row (tc), and its logit xt from row xr: read first, by the
+// thread that writes the loss (two dependent loads); the other threads keep the defaults.
+template <class T> struct RowTarget {
+  int64_t tg, tc = 0;
+  acc_t<T> xt = acc_t<T>(0);
+  __device__ __forceinline__ RowTarget(bool reader, const int64_t* __restrict__ target, int64_t r, int64_t t_stride,
+                                       const T* __restrict__ xr, int C, int64_t ignore_index)
+      : tg(ignore_index) {
+    if (!reader) return;
+    tg = target[r * t_stride];
+    if (tg != ignore_index) {
+      tc = clamped_target(tg, C);
+      xt = to_acc(xr[tc]);
+    }
+  }
+};
+
+// The row's (max, sum of exp) over its tpr threads, and the sum of its logits (SMOOTH) in sum_x: row_share in the
+// log2 domain for 16-bit types, redone exactly where that is out of range (the same bits in every thread of the row:
+// a uniform branch).
+template <class T, bool SMOOTH, int U, class Wait>
+__device__ __forceinline__ Pair<acc_t<T>> row_stats(rr::RowReduce& red, const T* __restrict__ xr, int C, int t,
+                                                    int tpr, acc_t<T>& sum_x, const Wait& wait) {
+  using A = acc_t<T>;
+  constexpr bool LOG2 = sizeof(T) == 2;
+  A sx;
+  const Pair<A> none{neg_inf<A>(), A(0)};
+  Pair<A> ms = red(row_share<T, SMOOTH, LOG2, U>(xr, C, t, tpr, sx, wait), OnlineSoftmaxOp<T>{}, none);
+  if (LOG2 && !(ms.b < INFINITY))
+    ms = red(row_share<T, SMOOTH, false, U>(xr, C, t, tpr, sx, wait), OnlineSoftmaxOp<T>{}, none);
+  sum_x = SMOOTH ? red(sx, rr::Sum{}, A(0)) : A(0);
+  return ms;
+}
+
+// Row r's stats and loss from its (max, sum of exp) ms, sum of logits sum_x and target. One thread.
+template <class T, bool SMOOTH>
+__device__ __forceinline__ void finish_row(acc_t<T>* __restrict__ loss, acc_t<T>* __restrict__ stats, int64_t r,
+                                           Pair<acc_t<T>> ms, acc_t<T> sum_x, const RowTarget<T>& rt, int C,
+                                           int64_t ignore_index, acc_t<T> smoothing) {
+  using A = acc_t<T>;
+  const int64_t tg = rt.tg;
+  A ls = log_of<T>(ms.b);
+  stats[2 * r] = ms.a;
+  if (tg == ignore_index) {
+    stats[2 * r + 1] = ls;
+    loss[r] = A(0);
+    return;
+  }
+  if (rt.tc != tg) ls = nan_of<A>();
+  stats[2 * r + 1] = ls;
+  A lo = ls + (A(1) - smoothing) * (ms.a - rt.xt);
+  if (SMOOTH) lo += smoothing * (ms.a - sum_x / A(C));
+  loss[r] = lo;
+}
+
 template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads>
 __global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __restrict__ loss,          // [M]
                                                                 acc_t<T>* __restrict__ stats,         // [M, 2]
@@ -222,40 +280,72 @@ __global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __rest
   const int t = CLUSTER ? (int)(rr::cluster_rank() * THREADS + threadIdx.x) : (int)threadIdx.x;
   const int64_t first = CLUSTER ? rr::cluster_id() : blockIdx.x, step = CLUSTER ? rr::cluster_count() : gridDim.x;
   pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
-  constexpr bool LOG2 = sizeof(T) == 2;
   for (int64_t r = first; r < M; r += step) {
     const T* __restrict__ xr = x + r * xs;
-    // the target and its logit, read first by the thread that writes the loss (two dependent loads)
-    int64_t tg = ignore_index, tc = 0;
-    A xt = A(0);
-    if (t == 0) {
-      tg = target[r * t_stride];
-      if (tg != ignore_index) {
-        tc = clamped_target(tg, C);
-        xt = to_acc(xr[tc]);
-      }
-    }
-    A sx;
-    const Pair<A> none{neg_inf<A>(), A(0)};
-    Pair<A> ms = red(row_share<T, SMOOTH, LOG2, U>(xr, C, t, tpr, sx), OnlineSoftmaxOp<T>{}, none);
-    if (LOG2 && !(ms.b < INFINITY))  // (the same bits in every thread of the row: a uniform branch)
-      ms = red(row_share<T, SMOOTH, false, U>(xr, C, t, tpr, sx), OnlineSoftmaxOp<T>{}, none);
-    const A sum_x = SMOOTH ? red(sx, rr::Sum{}, A(0)) : A(0);
-    if (t != 0) continue;
-    A ls = log_of<T>(ms.b);
-    stats[2 * r] = ms.a;
-    if (tg == ignore_index) {
-      stats[2 * r + 1] = ls;
-      loss[r] = A(0);
-      continue;
-    }
-    if (tc != tg) ls = nan_of<A>();
-    stats[2 * r + 1] = ls;
-    A lo = ls + (A(1) - smoothing) * (ms.a - xt);
-    if (SMOOTH) lo += smoothing * (ms.a - sum_x / A(C));
-    loss[r] = lo;
+    const RowTarget<T> rt(t == 0, target, r, t_stride, xr, C, ignore_index);
+    A sum_x;
+    const Pair<A> ms = row_stats<T, SMOOTH, U>(red, xr, C, t, tpr, sum_x, [](int) {});
+    if (t == 0) finish_row<T, SMOOTH>(loss, stats, r, ms, sum_x, rt, C, ignore_index, smoothing);
   }
 }
+// The forward of rows of kBulkMinBytes to kBulkMaxBytes, one per CTA: at its start thread 0 hands the whole row to
+// the bulk copy engine (cp.async.bulk into shared memory, one copy and mbarrier per group of row_share), and the
+// threads then fold each group as it lands. Every CTA on an SM keeps its whole row in flight from its first
+// instruction, without registers: the stream kernel holds only U vectors per thread in flight and none while it
+// folds, reduces or starts a row (memory-latency bound at about 90% of copy, [4096, 32000] bf16 on the H100).
+// H100, forward, % of copy, bf16, checked / unchecked, stream kernel -> this one (two rounds, the second's numbers):
+// [4096, 32000] 81.4 / 82.4 -> 83.9 / 84.9, [6144, 32000] 87.7 / 88.6 -> 89.4 / 91.0; fp16 at [4096, 32000] like bf16
+// (80.5 / 82.0 -> 83.1 / 84.3 at three CTAs per SM). kBulkSmemFloor: each CTA asks for at least 100 KB of shared
+// memory, so that two share an SM (128 KB of rows in flight) where three would fit: 83.1 / 84.3 and 89.4 / 90.5 at
+// three. The rest to copy bandwidth: the last wave (4096 rows over 264 CTAs: 15.5 waves), the target check and the
+// reduction.
+constexpr int kBulkMinBytes = 32 * 1024, kBulkMaxBytes = 64 * 1024, kBulkGroups = 8, kBulkSmemFloor = 100 * 1024;
+template <class T, bool SMOOTH, int U = 4, int THREADS = kStreamThreads>
+__global__ void __launch_bounds__(THREADS, 2) bulk_fwd_kernel(acc_t<T>* __restrict__ loss,          // [M]
+                                                              acc_t<T>* __restrict__ stats,         // [M, 2]
+                                                              const T* __restrict__ x, int64_t xs,  // [M, C]
+                                                              const int64_t* __restrict__ target,   // [M]
+                                                              int64_t t_stride, int C, int64_t ignore_index,
+                                                              acc_t<T> smoothing) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T), G = THREADS * U * VEC;  // a group's elements (row_share)
+  static_assert(kBulkMaxBytes <= kBulkGroups * G * (int)sizeof(T), "a row's groups fit the mbarriers");
+  extern __shared__ __align__(128) unsigned char bulk_row[];  // [C] of T
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  __shared__ __align__(8) uint64_t bars[kBulkGroups];
+  const int64_t r = blockIdx.x;
+  const int ng = (C + G - 1) / G;
+  const T* __restrict__ xr = x + r * xs;
+  if (threadIdx.x == 0) {
+    for (int g = 0; g < ng; ++g) rp::mbar_init(rr::smem_addr(&bars[g]), 1);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // (the inits, visible to the copy engine)
+    for (int g = 0; g < ng; ++g) {
+      const unsigned bar = rr::smem_addr(&bars[g]), bytes = (unsigned)(min(G, C - g * G) * (int)sizeof(T));
+      rp::mbar_expect(bar, bytes);
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       rr::smem_addr(bulk_row + (size_t)g * G * sizeof(T))),
+                   "l"(xr + (int64_t)g * G), "r"(bytes), "r"(bar)
+                   : "memory");
+    }
+  }
+  __syncthreads();  // (the mbarriers exist before anyone waits on them)
+  pdl_trigger();    // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
+  rr::RowReduce red(red_buf, THREADS);
+  const RowTarget<T> rt(threadIdx.x == 0, target, r, t_stride, xr, C, ignore_index);
+  const auto landed = [&](int g) { rr::mbar_wait(rr::smem_addr(&bars[g]), 0); };
+  A sum_x;
+  const Pair<A> ms =
+      row_stats<T, SMOOTH, U>(red, reinterpret_cast<const T*>(bulk_row), C, threadIdx.x, THREADS, sum_x, landed);
+  if (threadIdx.x == 0) finish_row<T, SMOOTH>(loss, stats, r, ms, sum_x, rt, C, ignore_index, smoothing);
+}
+// MYOPS_CE_BULK: 1 (default) rows of kBulkMinBytes to kBulkMaxBytes take bulk_fwd_kernel, 0 none, 2 every row up to
+// kBulkMaxBytes (A/B). Read once.
+inline bool ce_bulk(int64_t C, int es) {
+  static const int mode = rr::env_knob("MYOPS_CE_BULK", 1, [](int m) { return m >= 0 && m <= 2; });
+  const int64_t bytes = C * es;
+  return mode != 0 && bytes <= kBulkMaxBytes && (mode == 2 || bytes >= kBulkMinBytes);
+}
+
 // CTAs per row of the streaming forward: 1, unless the row is long (kCeClusterBytes or more) and one CTA per row
 // would fill less than kCeFill of its last wave, which then idles most of the chip: the fewest CTAs per row (2, 4 or
 // 8) that fill kCeFill. H200, forward, % of copy, one CTA per row -> clusters of 2 / 4 / 8, two rounds each:
@@ -468,6 +558,17 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
                               static_cast<A*>(stats), static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M,
                               (int)C, ignore_index, (A)smoothing, g.tpr);
           };
+          if (ce_bulk(C, es) && M < (1LL << 31)) {
+            rr::Geo g;
+            g.threads = kStreamThreads;
+            g.smem = std::max((int)(C * es), kBulkSmemFloor);  // (two CTAs per SM: see kBulkSmemFloor)
+            const auto bulk = [&](auto kernel) {
+              return rr::launch(g, M, kernel, st, static_cast<A*>(rows), static_cast<A*>(stats),
+                                static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, (int)C, ignore_index,
+                                (A)smoothing);
+            };
+            return smoothing != 0.0 ? bulk(bulk_fwd_kernel<T, true>) : bulk(bulk_fwd_kernel<T, false>);
+          }
           return smoothing != 0.0 ? go(stream_fwd_kernel<T, true, false>, stream_fwd_kernel<T, true, true>)
                                   : go(stream_fwd_kernel<T, false, false>, stream_fwd_kernel<T, false, true>);
         }
