@@ -17,16 +17,21 @@ def bias_gelu_backward(grad: torch.Tensor, x: torch.Tensor, bias: torch.Tensor):
     return BACKWARD(grad, x, bias)
 
 
+def _check_bias(op: str, x, bias) -> None:
+    torch._check(x.dim() >= 1, lambda: f"myops.{op}: x must have at least 1 dimension")
+    torch._check(bias.dim() == 1 and bias.shape[0] == x.shape[-1],
+                 lambda: f"myops.{op}: bias must have shape [{x.shape[-1]}]")
+
+
 @torch.library.register_fake("myops::bias_gelu")
 def _(x, bias):
-    torch._check(x.dim() >= 1, lambda: "myops.bias_gelu: x must have at least 1 dimension")
-    torch._check(bias.dim() == 1 and bias.shape[0] == x.shape[-1],
-                 lambda: f"myops.bias_gelu: bias must have shape [{x.shape[-1]}]")
+    _check_bias("bias_gelu", x, bias)
     return x.new_empty(x.shape)
 
 
 @torch.library.register_fake("myops::bias_gelu_backward")
 def _(grad, x, bias):
+    _check_bias("bias_gelu_backward", x, bias)
     return grad.new_empty(grad.shape), grad.new_empty(grad.shape[-1:])
 
 

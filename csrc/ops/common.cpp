@@ -199,10 +199,20 @@ bool collapse_2d(at::IntArrayRef shape, const std::vector<at::IntArrayRef>& stri
 }
 }  // namespace
 
+namespace {
+// The kernels read an input element after writing outputs of the same element (the CPU body of two-output ops
+// writes out[0] in place, then reads in[0] again): outputs are fresh tensors, never views of an input.
+void assert_fresh_outputs(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& ins, const char* op) {
+  for (const auto& o : outs)
+    for (const auto& i : ins) TORCH_INTERNAL_ASSERT(!o.is_alias_of(i), "myops.", op, ": an output aliases an input");
+}
+}  // namespace
+
 void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs_l, std::initializer_list<at::Tensor> ins_l,
                      std::initializer_list<double> scalars_l) {
   std::vector<at::Tensor> outs(outs_l), ins(ins_l);
   const std::vector<double> scalars(scalars_l);
+  assert_fresh_outputs(outs, ins, k.name.c_str());
   const at::Tensor& ref = outs.at(0);
   if (ref.numel() == 0) return;
   const at::IntArrayRef shape = ref.sizes();
@@ -271,6 +281,7 @@ at::Tensor run_elementwise_sum(EwSumKernel& k, std::initializer_list<at::Tensor>
                                std::initializer_list<at::Tensor> ins_l, std::initializer_list<double> scalars_l) {
   const std::vector<at::Tensor> outs(outs_l);
   const std::vector<double> scalars(scalars_l);
+  assert_fresh_outputs(outs, std::vector<at::Tensor>(ins_l), k.name.c_str());
   const at::Tensor& ref = outs.at(0);
   TORCH_INTERNAL_ASSERT(ref.dim() >= 1);
   const int64_t N = ref.size(-1), M = N > 0 ? ref.numel() / N : 0;
