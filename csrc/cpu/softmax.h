@@ -8,16 +8,17 @@
 /* Rows stored in fp32 or narrower: a row's elementwise work in fp32, sixteen lanes a vector (the fp64 pipeline
  * below ran at half eager's speed), with the sum of exps in fp64. x - max is rounded to fp32 as in eager (exact
  * for 16-bit inputs); the output is within about 3 ulp of fp32, below the tests' floor of 4 at the scale of 1. */
-static inline void softmax_row_forward_f32(float* v, float* e, int64_t N, int is_log) {
+/* y may be v (in place); e is scratch. */
+static inline void softmax_row_forward_f32(const float* v, float* y, float* e, int64_t N, int is_log) {
   const float m = myops_maxf(v, N);  /* NaN: skipped here, and exp(NaN - m) makes the sum NaN */
   for (int64_t i = 0; i < N; ++i) e[i] = myops_expf(v[i] - m);
   const double s = myops_sumf(e, N);
   if (is_log) {
     const float ls = (float)log(s);  /* eager's two roundings: (x - max) - log-sum */
-    for (int64_t i = 0; i < N; ++i) v[i] = (v[i] - m) - ls;
+    for (int64_t i = 0; i < N; ++i) y[i] = (v[i] - m) - ls;
   } else {
     const float rs = (float)(1.0 / s);
-    for (int64_t i = 0; i < N; ++i) v[i] = e[i] * rs;
+    for (int64_t i = 0; i < N; ++i) y[i] = e[i] * rs;
   }
 }
 
@@ -29,11 +30,15 @@ MYOPS_CPU_VEC static int softmax_rows_forward(const myops_out_operand* y, const 
   double* v = (double*)malloc((size_t)n1 * 2 * sizeof(double));  /* [N] the row, [N] exp scratch */
   if (v == NULL) return MYOPS_EARG;
   double* e = v + n1;
+  /* fp32 rows of unit column stride are read and written in place (as layer_norm.c). */
+  const int in_x = dtype == MYOPS_F32 && x->col_stride == 1, in_y = dtype == MYOPS_F32 && y->col_stride == 1;
   for (int64_t r = 0; r < M && dtype != MYOPS_F64; ++r) { /* fp32 and narrower */
     float *f = (float*)v, *fe = f + n1;  /* [N] the row, [N] exps, in the first half of the buffer */
-    myops_load_f32(dtype, myops_row(x, r, es), x->col_stride, N, f);
-    softmax_row_forward_f32(f, fe, N, is_log);
-    myops_store_f32(dtype, myops_out_row(y, r, es), y->col_stride, N, f);
+    const float* xv = f;
+    if (in_x) xv = (const float*)myops_row(x, r, es);
+    else myops_load_f32(dtype, myops_row(x, r, es), x->col_stride, N, f);
+    softmax_row_forward_f32(xv, in_y ? (float*)myops_out_row(y, r, es) : f, fe, N, is_log);
+    if (!in_y) myops_store_f32(dtype, myops_out_row(y, r, es), y->col_stride, N, f);
   }
   for (int64_t r = 0; r < M && dtype == MYOPS_F64; ++r) {
     myops_load_row(dtype, myops_row(x, r, es), x->col_stride, N, v);
@@ -55,13 +60,13 @@ MYOPS_CPU_VEC static int softmax_rows_forward(const myops_out_operand* y, const 
 
 /* The backward of rows stored in fp32 or narrower, like the forward: elementwise in fp32, the row's sum in fp64.
  *   softmax: dx = y (g - sum(g y)),   log_softmax: dx = g - exp(y) sum(g). */
-static inline void softmax_row_backward_f32(float* g, const float* v, int64_t N, int is_log) {
-  if (is_log) {
+static inline void softmax_row_backward_f32(const float* g, const float* v, float* dx, int64_t N, int is_log) {
+  if (is_log) {  /* (dx may be g: in place) */
     const float k = (float)myops_sumf(g, N);
-    for (int64_t i = 0; i < N; ++i) g[i] -= myops_expf(v[i]) * k;
+    for (int64_t i = 0; i < N; ++i) dx[i] = g[i] - myops_expf(v[i]) * k;
   } else {
     const float k = (float)myops_dotf(g, v, N);
-    for (int64_t i = 0; i < N; ++i) g[i] = v[i] * (g[i] - k);
+    for (int64_t i = 0; i < N; ++i) dx[i] = v[i] * (g[i] - k);
   }
 }
 
@@ -73,12 +78,17 @@ MYOPS_CPU_VEC static int softmax_rows_backward(const myops_out_operand* dx, cons
   double* g = (double*)malloc((size_t)n1 * 2 * sizeof(double));  /* [N] dy (then dx), [N] y */
   if (g == NULL) return MYOPS_EARG;
   double* v = g + n1;
+  const int f32 = dtype == MYOPS_F32;  /* unit-stride fp32 rows in place */
+  const int in_g = f32 && dy->col_stride == 1, in_y = f32 && y->col_stride == 1, in_dx = f32 && dx->col_stride == 1;
   for (int64_t r = 0; r < M && dtype != MYOPS_F64; ++r) { /* fp32 and narrower */
     float *gf = (float*)g, *vf = gf + n1;  /* [N] dy (then dx), [N] y, in the first half of the buffer */
-    myops_load_f32(dtype, myops_row(dy, r, es), dy->col_stride, N, gf);
-    myops_load_f32(dtype, myops_row(y, r, es), y->col_stride, N, vf);
-    softmax_row_backward_f32(gf, vf, N, is_log);
-    myops_store_f32(dtype, myops_out_row(dx, r, es), dx->col_stride, N, gf);
+    const float *gv = gf, *yv = vf;
+    if (in_g) gv = (const float*)myops_row(dy, r, es);
+    else myops_load_f32(dtype, myops_row(dy, r, es), dy->col_stride, N, gf);
+    if (in_y) yv = (const float*)myops_row(y, r, es);
+    else myops_load_f32(dtype, myops_row(y, r, es), y->col_stride, N, vf);
+    softmax_row_backward_f32(gv, yv, in_dx ? (float*)myops_out_row(dx, r, es) : gf, N, is_log);
+    if (!in_dx) myops_store_f32(dtype, myops_out_row(dx, r, es), dx->col_stride, N, gf);
   }
   for (int64_t r = 0; r < M && dtype == MYOPS_F64; ++r) {
     myops_load_row(dtype, myops_row(dy, r, es), dy->col_stride, N, g);

@@ -7,31 +7,42 @@
 
 #define MYOPS_SUM_BLOCK 256
 
-/* Four running sums: one add chain would wait out the FP add latency on every element. */
+/* MYOPS_SUM_LANES running sums, added in a fixed order at the end: one add chain would wait out the FP add latency
+ * on every element, and 16 independent fp64 sums fill two AVX-512 (four AVX2) adders' pipelines. Four sums ran the
+ * fp32 row sum at about a quarter of eager's speed (1 thread, [1024, 1024], 2-core EPYC VM: 174 us against 45). */
+#define MYOPS_SUM_LANES 16
+static inline double sum_lanes(const double* a) {
+  double h[8];
+  for (int u = 0; u < 8; ++u) h[u] = a[u] + a[u + 8];
+  return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
+}
+
 MYOPS_CPU_VEC static void sum_rows(void* out, const char* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int dtype,
                      int64_t es) {
   float buf[MYOPS_SUM_BLOCK];
   for (int64_t m = 0; m < M; ++m) {
-    double a[4] = {0.0, 0.0, 0.0, 0.0};
+    double a[MYOPS_SUM_LANES] = {0.0};
     if (dtype == MYOPS_F64) {
       const double* p = (const double*)x + m * sM;
       int64_t k = 0;
-      for (; k + 4 <= K; k += 4)
-        for (int u = 0; u < 4; ++u) a[u] += p[(k + u) * sK];
-      for (; k < K; ++k) a[0] += p[k * sK];
-      ((double*)out)[m] = (a[0] + a[1]) + (a[2] + a[3]);
+      for (; k + MYOPS_SUM_LANES <= K; k += MYOPS_SUM_LANES)
+        for (int u = 0; u < MYOPS_SUM_LANES; ++u) a[u] += p[(k + u) * sK];
+      for (; k < K; ++k) a[k % MYOPS_SUM_LANES] += p[k * sK];
+      ((double*)out)[m] = sum_lanes(a);
       continue;
     }
     const char* p = x + m * sM * es;
     for (int64_t k0 = 0; k0 < K; k0 += MYOPS_SUM_BLOCK) {
       const int64_t n = K - k0 < MYOPS_SUM_BLOCK ? K - k0 : MYOPS_SUM_BLOCK;
-      myops_load_f32(dtype, p + k0 * sK * es, sK, n, buf);
+      const float* v = buf;
+      if (dtype == MYOPS_F32 && sK == 1) v = (const float*)p + k0;  /* (contiguous fp32: no copy) */
+      else myops_load_f32(dtype, p + k0 * sK * es, sK, n, buf);
       int64_t k = 0;
-      for (; k + 4 <= n; k += 4)
-        for (int u = 0; u < 4; ++u) a[u] += buf[k + u];
-      for (; k < n; ++k) a[0] += buf[k];
+      for (; k + MYOPS_SUM_LANES <= n; k += MYOPS_SUM_LANES)
+        for (int u = 0; u < MYOPS_SUM_LANES; ++u) a[u] += v[k + u];
+      for (; k < n; ++k) a[k % MYOPS_SUM_LANES] += v[k];
     }
-    const float r = (float)((a[0] + a[1]) + (a[2] + a[3]));
+    const float r = (float)sum_lanes(a);
     myops_store_f32(dtype, (char*)out + m * es, 1, 1, &r);
   }
 }
