@@ -20,7 +20,7 @@ MYOPS_CPU_VEC static int myops_rms_forward_cpu(const myops_out_operand* y, const
     myops_load_row(dtype, myops_row(x, r, es), x->col_stride, N, v);
     if (res) {
       myops_load_row(dtype, myops_row(res, r, es), res->col_stride, N, u);
-      for (int64_t i = 0; i < N; ++i) v[i] = myops_round(dtype, v[i] + u[i]);
+      myops_add_round_row(dtype, v, u, N);
       myops_store_row(dtype, myops_out_row(s_out, r, es), s_out->col_stride, N, v);
     }
     const double rs = 1.0 / sqrt(myops_sum_sq(v, N) / (double)N + eps);
