@@ -14,16 +14,13 @@ MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand
   if (v == NULL) return MYOPS_EARG;
   double* e = v + c1;
   float *f = (float*)v, *fe = f + c1;  /* fp32 and narrower: [C] the row, [C] exps, in the first half */
-  const int in_place = dtype == MYOPS_F32 && x.col_stride == 1;  /* unit-stride fp32 rows: no copy (softmax.h) */
   for (int64_t r = 0; r < M; ++r) {
     /* NaN needs no flag: max skips it, and exp(NaN - m) makes the log-sum NaN. sx (the row's sum) only with
      * smoothing. */
     double m, sx = 0.0, ls, xt;
     const int64_t t = target[r * t_stride], tc = t < 0 ? 0 : (t >= C ? C - 1 : t);
     if (dtype != MYOPS_F64) {
-      const float* xv = f;
-      if (in_place) xv = (const float*)myops_row(&x, r, es);
-      else myops_load_f32(dtype, myops_row(&x, r, es), x.col_stride, C, f);
+      const float* xv = myops_row_f32(&x, r, C, dtype, es, f);  /* (unit-stride fp32: in place) */
       const float mf = myops_maxf(xv, C);
       for (int64_t i = 0; i < C; ++i) fe[i] = myops_expf(xv[i] - mf);
       m = mf, ls = log(myops_sumf(fe, C)), xt = C > 0 ? xv[tc] : 0.0;
@@ -58,7 +55,6 @@ MYOPS_CPU_VEC int myops_cross_entropy_backward_cpu(myops_out_operand dx, myops_o
   double* v = (double*)malloc((size_t)(C > 0 ? C : 1) * sizeof(double));  /* [C] the row, then its gradient */
   if (v == NULL) return MYOPS_EARG;
   const double sc = smoothing / (double)C;
-  const int in_x = dtype == MYOPS_F32 && x.col_stride == 1, in_dx = dtype == MYOPS_F32 && dx.col_stride == 1;
   for (int64_t r = 0; r < M; ++r) {
     const int64_t t = target[r * t_stride];
     if (t == ignore_index) {
@@ -69,15 +65,13 @@ MYOPS_CPU_VEC int myops_cross_entropy_backward_cpu(myops_out_operand dx, myops_o
       if (dtype != MYOPS_F64) { /* the row in fp32 (exp's argument formed in fp64, as below); unit-stride fp32 rows
                                  * read and written in place */
         float* f = (float*)v;
-        const float* xv = f;
-        if (in_x) xv = (const float*)myops_row(&x, r, es);
-        else myops_load_f32(dtype, myops_row(&x, r, es), x.col_stride, C, f);
-        float* dv = in_dx ? (float*)myops_out_row(&dx, r, es) : f;
+        const float* xv = myops_row_f32(&x, r, C, dtype, es, f);
+        float* dv = myops_out_row_f32(&dx, r, dtype, es, f);
         const double xt = t >= 0 && t < C ? xv[t] : 0.0;
         const float gf = (float)g, scf = (float)sc;
         for (int64_t i = 0; i < C; ++i) dv[i] = gf * (myops_expf((float)(((double)xv[i] - m) - ls)) - scf);
         if (t >= 0 && t < C) dv[t] = (float)(g * (myops_exp((xt - m) - ls) - sc - (1.0 - smoothing)));
-        if (!in_dx) myops_store_f32(dtype, myops_out_row(&dx, r, es), dx.col_stride, C, f);
+        myops_put_row_f32(&dx, r, C, dtype, es, dv, f);
         continue;
       }
       myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);

@@ -13,13 +13,9 @@ MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* r
   float *wf = v + n1, *bf = v + 2 * n1;  /* weight, bias as fp32 */
   if (w) myops_load_f32(dtype, w, 1, N, wf);
   if (b) myops_load_f32(dtype, b, 1, N, bf);
-  /* fp32 rows of unit column stride are read and written in place (the copies took about a fifth of the time). */
-  const int in_place_x = dtype == MYOPS_F32 && x.col_stride == 1, in_place_y = dtype == MYOPS_F32 && y.col_stride == 1;
   for (int64_t r = 0; r < M; ++r) {
-    const float* xv = v;
-    if (in_place_x) xv = (const float*)myops_row(&x, r, es);
-    else myops_load_f32(dtype, myops_row(&x, r, es), x.col_stride, N, v);
-    float* yv = in_place_y ? (float*)myops_out_row(&y, r, es) : v;
+    const float* xv = myops_row_f32(&x, r, N, dtype, es, v);
+    float* yv = myops_out_row_f32(&y, r, dtype, es, v);
     /* Corrected two-pass moments: a first estimate of the mean from the deviations from the row's first element,
      * then the deviations d from that estimate c, whose sum corrects it (mean = c + sum(d) / N) and whose squares
      * give the variance (sum(d^2) - sum(d)^2 / N, no cancellation to speak of with c near the mean). The mean is
@@ -39,7 +35,7 @@ MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* r
     else if (w) for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs * wf[i];
     else if (b) for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs + bf[i];
     else for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs;
-    if (!in_place_y) myops_store_f32(dtype, myops_out_row(&y, r, es), y.col_stride, N, v);
+    myops_put_row_f32(&y, r, N, dtype, es, yv, v);
   }
   free(v);
   return MYOPS_OK;

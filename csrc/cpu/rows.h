@@ -218,6 +218,25 @@ static inline char* myops_out_row(const myops_out_operand* o, int64_t r, int64_t
   return (char*)o->ptr + r * o->row_stride * es;
 }
 
+/* fp32 views of rows for the kernels that work in fp32: a unit-stride fp32 row is used in place (copying it took a
+ * fifth of layer_norm's forward, `memmove` in perf), any other row goes through buf.
+ *   myops_row_f32: row r of o, read (buf [n] receives the converted row when needed);
+ *   myops_out_row_f32: where to write row r of o; myops_put_row_f32 then stores it if that was buf. */
+static inline const float* myops_row_f32(const myops_operand* o, int64_t r, int64_t n, int dtype, int64_t es,
+                                         float* buf) {
+  const char* p = myops_row(o, r, es);
+  if (dtype == MYOPS_F32 && o->col_stride == 1) return (const float*)p;
+  myops_load_f32(dtype, p, o->col_stride, n, buf);
+  return buf;
+}
+static inline float* myops_out_row_f32(const myops_out_operand* o, int64_t r, int dtype, int64_t es, float* buf) {
+  return dtype == MYOPS_F32 && o->col_stride == 1 ? (float*)myops_out_row(o, r, es) : buf;
+}
+static inline void myops_put_row_f32(const myops_out_operand* o, int64_t r, int64_t n, int dtype, int64_t es,
+                                     const float* dst, const float* buf) {
+  if (dst == buf) myops_store_f32(dtype, myops_out_row(o, r, es), o->col_stride, n, buf);
+}
+
 /* Saved per-row statistics are fp32, or fp64 for fp64 tensors (like the CUDA kernels' acc_t). */
 static inline double myops_ld_stat(int dtype, const void* p, int64_t i) {
   return dtype == MYOPS_F64 ? ((const double*)p)[i] : ((const float*)p)[i];

@@ -30,15 +30,11 @@ MYOPS_CPU_VEC static int softmax_rows_forward(const myops_out_operand* y, const 
   double* v = (double*)malloc((size_t)n1 * 2 * sizeof(double));  /* [N] the row, [N] exp scratch */
   if (v == NULL) return MYOPS_EARG;
   double* e = v + n1;
-  /* fp32 rows of unit column stride are read and written in place (as layer_norm.c). */
-  const int in_x = dtype == MYOPS_F32 && x->col_stride == 1, in_y = dtype == MYOPS_F32 && y->col_stride == 1;
-  for (int64_t r = 0; r < M && dtype != MYOPS_F64; ++r) { /* fp32 and narrower */
+  for (int64_t r = 0; r < M && dtype != MYOPS_F64; ++r) { /* fp32 and narrower (unit-stride fp32 rows in place) */
     float *f = (float*)v, *fe = f + n1;  /* [N] the row, [N] exps, in the first half of the buffer */
-    const float* xv = f;
-    if (in_x) xv = (const float*)myops_row(x, r, es);
-    else myops_load_f32(dtype, myops_row(x, r, es), x->col_stride, N, f);
-    softmax_row_forward_f32(xv, in_y ? (float*)myops_out_row(y, r, es) : f, fe, N, is_log);
-    if (!in_y) myops_store_f32(dtype, myops_out_row(y, r, es), y->col_stride, N, f);
+    float* yv = myops_out_row_f32(y, r, dtype, es, f);
+    softmax_row_forward_f32(myops_row_f32(x, r, N, dtype, es, f), yv, fe, N, is_log);
+    myops_put_row_f32(y, r, N, dtype, es, yv, f);
   }
   for (int64_t r = 0; r < M && dtype == MYOPS_F64; ++r) {
     myops_load_row(dtype, myops_row(x, r, es), x->col_stride, N, v);
@@ -78,17 +74,12 @@ MYOPS_CPU_VEC static int softmax_rows_backward(const myops_out_operand* dx, cons
   double* g = (double*)malloc((size_t)n1 * 2 * sizeof(double));  /* [N] dy (then dx), [N] y */
   if (g == NULL) return MYOPS_EARG;
   double* v = g + n1;
-  const int f32 = dtype == MYOPS_F32;  /* unit-stride fp32 rows in place */
-  const int in_g = f32 && dy->col_stride == 1, in_y = f32 && y->col_stride == 1, in_dx = f32 && dx->col_stride == 1;
-  for (int64_t r = 0; r < M && dtype != MYOPS_F64; ++r) { /* fp32 and narrower */
+  for (int64_t r = 0; r < M && dtype != MYOPS_F64; ++r) { /* fp32 and narrower (unit-stride fp32 rows in place) */
     float *gf = (float*)g, *vf = gf + n1;  /* [N] dy (then dx), [N] y, in the first half of the buffer */
-    const float *gv = gf, *yv = vf;
-    if (in_g) gv = (const float*)myops_row(dy, r, es);
-    else myops_load_f32(dtype, myops_row(dy, r, es), dy->col_stride, N, gf);
-    if (in_y) yv = (const float*)myops_row(y, r, es);
-    else myops_load_f32(dtype, myops_row(y, r, es), y->col_stride, N, vf);
-    softmax_row_backward_f32(gv, yv, in_dx ? (float*)myops_out_row(dx, r, es) : gf, N, is_log);
-    if (!in_dx) myops_store_f32(dtype, myops_out_row(dx, r, es), dx->col_stride, N, gf);
+    float* dv = myops_out_row_f32(dx, r, dtype, es, gf);
+    softmax_row_backward_f32(myops_row_f32(dy, r, N, dtype, es, gf), myops_row_f32(y, r, N, dtype, es, vf), dv, N,
+                             is_log);
+    myops_put_row_f32(dx, r, N, dtype, es, dv, gf);
   }
   for (int64_t r = 0; r < M && dtype == MYOPS_F64; ++r) {
     myops_load_row(dtype, myops_row(dy, r, es), dy->col_stride, N, g);

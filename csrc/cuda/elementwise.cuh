@@ -372,77 +372,55 @@ inline int64_t ew_sum_ws_rows(int64_t rows, int64_t cols, int dtype) {
 #define MYOPS_EW_CAT_(a, b) a##b
 #define MYOPS_EW_CAT(a, b) MYOPS_EW_CAT_(a, b)
 
+// MYOPS_EW_ENTRY_(name, PARAMS, ARGS, LAUNCH): the entry point `name(PARAMS)` returning LAUNCH, or in a split build
+// the part of this translation unit's dtype and, in part 4, `name` dispatching on dtype to name##_partK ARGS.
 #if !defined(MYOPS_EW_PART)
-#define MYOPS_EW_CUDA_ENTRY(name, Op)                                                                          \
-  extern "C" int name(MYOPS_EW_ARGS) {                                                                         \
-    return myops::ew_launch<Op>(outs, ins, rows, cols, dtype, scalars, static_cast<cudaStream_t>(stream));     \
-  }
+#define MYOPS_EW_ENTRY_(name, PARAMS, ARGS, LAUNCH) \
+  extern "C" int name(PARAMS) { return LAUNCH; }
 #elif MYOPS_EW_PART == 4
-#define MYOPS_EW_CUDA_ENTRY(name, Op)                                                                          \
-  extern "C" int name##_part0(MYOPS_EW_ARGS);                                                                  \
-  extern "C" int name##_part1(MYOPS_EW_ARGS);                                                                  \
-  extern "C" int name##_part2(MYOPS_EW_ARGS);                                                                  \
-  extern "C" int name##_part3(MYOPS_EW_ARGS);                                                                  \
-  extern "C" int name(MYOPS_EW_ARGS) {                                                                         \
-    switch (dtype) {                                                                                           \
-      case MYOPS_F32: return name##_part0(outs, ins, rows, cols, dtype, scalars, stream);                      \
-      case MYOPS_F16: return name##_part1(outs, ins, rows, cols, dtype, scalars, stream);                      \
-      case MYOPS_BF16: return name##_part2(outs, ins, rows, cols, dtype, scalars, stream);                     \
-      case MYOPS_F64: return name##_part3(outs, ins, rows, cols, dtype, scalars, stream);                      \
-      default: return MYOPS_EDTYPE;                                                                            \
-    }                                                                                                          \
+#define MYOPS_EW_ENTRY_(name, PARAMS, ARGS, LAUNCH) \
+  extern "C" int name##_part0(PARAMS);              \
+  extern "C" int name##_part1(PARAMS);              \
+  extern "C" int name##_part2(PARAMS);              \
+  extern "C" int name##_part3(PARAMS);              \
+  extern "C" int name(PARAMS) {                     \
+    switch (dtype) {                                \
+      case MYOPS_F32: return name##_part0 ARGS;     \
+      case MYOPS_F16: return name##_part1 ARGS;     \
+      case MYOPS_BF16: return name##_part2 ARGS;    \
+      case MYOPS_F64: return name##_part3 ARGS;     \
+      default: return MYOPS_EDTYPE;                 \
+    }                                               \
   }
 #else
-#define MYOPS_EW_CUDA_ENTRY(name, Op)                                                                          \
-  extern "C" int MYOPS_EW_CAT(name##_part, MYOPS_EW_PART)(MYOPS_EW_ARGS) {                                     \
-    return dtype == MYOPS_EW_PART                                                                              \
-               ? myops::ew_launch<Op>(outs, ins, rows, cols, dtype, scalars, static_cast<cudaStream_t>(stream)) \
-               : MYOPS_EDTYPE;                                                                                 \
+#define MYOPS_EW_ENTRY_(name, PARAMS, ARGS, LAUNCH)                            \
+  extern "C" int MYOPS_EW_CAT(name##_part, MYOPS_EW_PART)(PARAMS) {            \
+    return dtype == MYOPS_EW_PART ? LAUNCH : MYOPS_EDTYPE;                     \
   }
 #endif
 
+#define MYOPS_EW_CUDA_ENTRY(name, Op)                                                                          \
+  MYOPS_EW_ENTRY_(name, MYOPS_EW_ARGS, (outs, ins, rows, cols, dtype, scalars, stream),                        \
+                  myops::ew_launch<Op>(outs, ins, rows, cols, dtype, scalars, static_cast<cudaStream_t>(stream)))
+
 // The same for an elementwise backward with a bias gradient (ew_sum_launch): `name` takes the workspace
-// ws [R, cols] (acc_t) and R, and `name##_ws` returns R:
+// ws [R, cols] (acc_t) and R, and `name##_ws` (in the entry's translation unit) returns R:
 //   int     name(const myops_out_operand* outs, const myops_operand* ins, int64_t rows, int64_t cols, int dtype,
 //                const double* scalars, void* ws, int64_t R, void* stream);
 //   int64_t name##_ws(int64_t rows, int64_t cols, int dtype);
 #define MYOPS_EW_SUM_ARGS                                                                                       \
   const myops_out_operand *outs, const myops_operand *ins, int64_t rows, int64_t cols, int dtype,              \
       const double *scalars, void *ws, int64_t R, void *stream
-#define MYOPS_EW_SUM_CALL(f) f(outs, ins, rows, cols, dtype, scalars, ws, R, stream)
-#define MYOPS_EW_SUM_WS(name)                                                                                  \
+#if !defined(MYOPS_EW_PART) || MYOPS_EW_PART == 4
+#define MYOPS_EW_SUM_WS_(name)                                                                                 \
   extern "C" int64_t name##_ws(int64_t rows, int64_t cols, int dtype) {                                        \
     return myops::ew_sum_ws_rows(rows, cols, dtype);                                                           \
   }
-
-#if !defined(MYOPS_EW_PART)
-#define MYOPS_EW_SUM_CUDA_ENTRY(name, Op)                                                                      \
-  MYOPS_EW_SUM_WS(name)                                                                                        \
-  extern "C" int name(MYOPS_EW_SUM_ARGS) {                                                                     \
-    return myops::ew_sum_launch<Op>(outs, ins, rows, cols, dtype, scalars, ws, R,                              \
-                                    static_cast<cudaStream_t>(stream));                                        \
-  }
-#elif MYOPS_EW_PART == 4
-#define MYOPS_EW_SUM_CUDA_ENTRY(name, Op)                                                                      \
-  MYOPS_EW_SUM_WS(name)                                                                                        \
-  extern "C" int name##_part0(MYOPS_EW_SUM_ARGS);                                                              \
-  extern "C" int name##_part1(MYOPS_EW_SUM_ARGS);                                                              \
-  extern "C" int name##_part2(MYOPS_EW_SUM_ARGS);                                                              \
-  extern "C" int name##_part3(MYOPS_EW_SUM_ARGS);                                                              \
-  extern "C" int name(MYOPS_EW_SUM_ARGS) {                                                                     \
-    switch (dtype) {                                                                                           \
-      case MYOPS_F32: return MYOPS_EW_SUM_CALL(name##_part0);                                                  \
-      case MYOPS_F16: return MYOPS_EW_SUM_CALL(name##_part1);                                                  \
-      case MYOPS_BF16: return MYOPS_EW_SUM_CALL(name##_part2);                                                 \
-      case MYOPS_F64: return MYOPS_EW_SUM_CALL(name##_part3);                                                  \
-      default: return MYOPS_EDTYPE;                                                                            \
-    }                                                                                                          \
-  }
 #else
-#define MYOPS_EW_SUM_CUDA_ENTRY(name, Op)                                                                      \
-  extern "C" int MYOPS_EW_CAT(name##_part, MYOPS_EW_PART)(MYOPS_EW_SUM_ARGS) {                                 \
-    return dtype == MYOPS_EW_PART ? myops::ew_sum_launch<Op>(outs, ins, rows, cols, dtype, scalars, ws, R,      \
-                                                             static_cast<cudaStream_t>(stream))               \
-                                  : MYOPS_EDTYPE;                                                              \
-  }
+#define MYOPS_EW_SUM_WS_(name)
 #endif
+#define MYOPS_EW_SUM_CUDA_ENTRY(name, Op)                                                                      \
+  MYOPS_EW_SUM_WS_(name)                                                                                       \
+  MYOPS_EW_ENTRY_(name, MYOPS_EW_SUM_ARGS, (outs, ins, rows, cols, dtype, scalars, ws, R, stream),             \
+                  myops::ew_sum_launch<Op>(outs, ins, rows, cols, dtype, scalars, ws, R,                       \
+                                           static_cast<cudaStream_t>(stream)))
