@@ -283,13 +283,15 @@ def test_graph_replay(dtype):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("env", [{"MYOPS_CE_CLUSTER": "2", "MYOPS_CE_BULK": "0"},
-                                 {"MYOPS_CE_CLUSTER": "8", "MYOPS_CE_BULK": "0"}, {"MYOPS_CE_BULK": "2"}],
-                         ids=["cluster2", "cluster8", "bulk"])
+                                 {"MYOPS_CE_CLUSTER": "8", "MYOPS_CE_BULK": "0"}, {"MYOPS_CE_BULK": "2"},
+                                 {"MYOPS_CE_WARP": "2"}],
+                         ids=["cluster2", "cluster8", "bulk", "warp"])
 def test_forward_variants(env, tmp_path):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
     the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
     last one part-filled); MYOPS_CE_BULK=2: the bulk-copy kernel for every row up to 64 KB (by default rows of 32-64
-    KB). Rows far longer and far shorter than a CTA's or cluster's threads (C = 8: one thread holds the row), a
+    KB); MYOPS_CE_WARP=2: a warp per row for every row (by default rows up to 64 KB when there are enough to fill
+    the SMs). Rows far longer and far shorter than a CTA's or cluster's threads (C = 8: one thread holds the row), a
     partial last group (C = 1000, 16000), smoothing, an ignored row; loss and gradient against float64."""
     cases = []
     for shape in [(5, 32000), (4, 16000), (3, 4096), (7, 1000), (2, 8)]:

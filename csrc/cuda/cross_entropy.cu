@@ -151,7 +151,8 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_bwd_kernel(myops_out_operan
 // copy, [4096, 32000] bf16 / fp32, V = 262144 bf16 / fp32): 2 vectors 72.3 / 87.0 / 86.1 / 98.1 against 72.8 / 87.2 /
 // 90.6 / 98.0, 2 vectors with the next group's loads in flight 57.2-70.3 / 82.3 / 80.1 / 87.4. CLUSTER: a row split
 // over a cluster of CTAs (tpr = the cluster's threads; RowReduce combines the pairs over it), for long rows whose
-// single-CTA waves leave much of the last one empty (see ce_cluster). Else tpr = THREADS.
+// single-CTA waves leave much of the last one empty (see ce_cluster). WARP: a warp per row (tpr = 32, the row's
+// reduction by shuffles alone; see ce_warp), for many rows of up to 64 KB. Else tpr = THREADS.
 constexpr int kStreamThreads = 256;  // the streaming forward's CTA
 
 // This thread's share of row xr (C columns over tpr threads, this one t), U 16-byte vectors at a time: (m, the sum
@@ -263,7 +264,7 @@ __device__ __forceinline__ void finish_row(acc_t<T>* __restrict__ loss, acc_t<T>
   loss[r] = lo;
 }
 
-template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads>
+template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads, bool WARP = false>
 __global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __restrict__ loss,          // [M]
                                                                 acc_t<T>* __restrict__ stats,         // [M, 2]
                                                                 const T* __restrict__ x, int64_t xs,  // [M, C]
@@ -273,12 +274,15 @@ __global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __rest
                                                                 int cluster_tpr) {
   using A = acc_t<T>;
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
-  const int tpr = CLUSTER ? cluster_tpr : THREADS;
+  static_assert(!(WARP && CLUSTER), "a warp per row or a cluster per row");
+  const int tpr = CLUSTER ? cluster_tpr : WARP ? 32 : THREADS;
   rr::RowReduce red(red_buf, tpr);
   // (rr::Lane's indices, written out: through Lane the one-CTA kernels took 58 -> 63 registers, bf16, and the
   // smoothed one spilled)
-  const int t = CLUSTER ? (int)(rr::cluster_rank() * THREADS + threadIdx.x) : (int)threadIdx.x;
-  const int64_t first = CLUSTER ? rr::cluster_id() : blockIdx.x, step = CLUSTER ? rr::cluster_count() : gridDim.x;
+  const int t = CLUSTER ? (int)(rr::cluster_rank() * THREADS + threadIdx.x) : WARP ? (int)(threadIdx.x & 31)
+                                                                                 : (int)threadIdx.x;
+  const int64_t first = CLUSTER ? rr::cluster_id() : WARP ? blockIdx.x * (THREADS / 32) + threadIdx.x / 32 : blockIdx.x,
+                step = CLUSTER ? rr::cluster_count() : WARP ? (int64_t)gridDim.x * (THREADS / 32) : gridDim.x;
   pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
   for (int64_t r = first; r < M; r += step) {
     const T* __restrict__ xr = x + r * xs;
@@ -344,6 +348,47 @@ inline bool ce_bulk(int64_t C, int es) {
   static const int mode = rr::env_knob("MYOPS_CE_BULK", 1, [](int m) { return m >= 0 && m <= 2; });
   const int64_t bytes = C * es;
   return mode != 0 && bytes <= kBulkMaxBytes && (mode == 2 || bytes >= kBulkMinBytes);
+}
+
+// Peak DRAM bandwidth per SM of the current device, GB/s (from its memory clock and bus width; cached per device),
+// or 0 if unknown.
+inline double dram_gbs_per_sm() {
+  static double per_sm[64] = {0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0.0;
+  if (per_sm[dev] == 0.0) {
+    int khz = 0, bits = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      per_sm[dev] = -1.0;
+    } else {
+      per_sm[dev] = 2.0 * khz * 1e3 * (bits / 8) / 1e9 / sm_count();  // (double data rate)
+    }
+  }
+  return per_sm[dev] > 0.0 ? per_sm[dev] : 0.0;
+}
+
+// A warp per row (stream_fwd_kernel's WARP) where there are enough rows to give every SM kWarpRowsPerSm of them at
+// once (of the 32 warps it holds: four 256-thread CTAs), for rows under kBulkMinBytes, and for rows of kBulkMinBytes
+// to kWarpMaxBytes on devices of over kWarpBulkGbs of DRAM bandwidth per SM (the H200's 37, not the H100's 25).
+// Each such warp keeps 2 KB of its row in flight (U = 4 vectors a lane) and reduces by shuffles alone, so an SM
+// streams many rows with no CTA barrier between them; fewer rows take a CTA per row, which keeps more of each row in
+// flight. Forward, % of copy, a CTA per row (stream_fwd_kernel, or bulk_fwd_kernel at 32-64 KB) -> a warp per row:
+//                                  H100 bf16 / fp32               H200 bf16 / fp32
+//   [65536, 2048]                  24.9 / 47.6 -> 75.9 / 88.6     bf16 17.6 -> 65.3
+//   [16384, 8192]                  65.4 / 83.1 -> 81.2 / 90.6     44.1-55.0 / 62.4 -> 75.6 / 86.1-86.3
+//   [8192, 16384]                                                 bf16 58.2 -> 78.1
+//   [4096, 32000] unchecked        85.2-85.3 / 92.7 -> 82.7-82.8 / 92.6-92.7   75.4-75.7 / 91.1 -> 79.1 / 91.7-92.0
+// MYOPS_CE_WARP: 1 (default) that policy, 0 never, 2 every row of the fast path (A/B, tests). Read once.
+constexpr int64_t kWarpMaxBytes = 64 * 1024;
+constexpr int kWarpRowsPerSm = 24;
+constexpr double kWarpBulkGbs = 30.0;
+inline bool ce_warp(int64_t M, int64_t row_bytes) {
+  static const int mode = rr::env_knob("MYOPS_CE_WARP", 1, [](int m) { return m >= 0 && m <= 2; });
+  if (mode != 1) return mode == 2;
+  if (row_bytes > kWarpMaxBytes || M < (int64_t)kWarpRowsPerSm * sm_count()) return false;
+  return row_bytes < kBulkMinBytes || dram_gbs_per_sm() > kWarpBulkGbs;
 }
 
 // CTAs per row of the streaming forward: 1, unless the row is long (kCeClusterBytes or more) and one CTA per row
@@ -558,6 +603,18 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
                               static_cast<A*>(stats), static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M,
                               (int)C, ignore_index, (A)smoothing, g.tpr);
           };
+          if (ce_warp(M, C * es)) {
+            rr::Geo g;
+            g.threads = kStreamThreads;
+            g.rows = kStreamThreads / 32;
+            const auto warp = [&](auto kernel) {
+              return rr::launch(g, rr::cover_grid(g, M), kernel, st, static_cast<A*>(rows), static_cast<A*>(stats),
+                                static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M, (int)C,
+                                ignore_index, (A)smoothing, 32);
+            };
+            return smoothing != 0.0 ? warp(stream_fwd_kernel<T, true, false, 4, kStreamThreads, true>)
+                                    : warp(stream_fwd_kernel<T, false, false, 4, kStreamThreads, true>);
+          }
           if (ce_bulk(C, es) && M < (1LL << 31)) {
             rr::Geo g;
             g.threads = kStreamThreads;
