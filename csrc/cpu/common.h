@@ -71,26 +71,51 @@ static inline uint16_t myops_f32_to_f16(float f) { /* round to nearest even, ove
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
 #define MYOPS_F16C_PATH 1
-__attribute__((target("avx,f16c"), unused)) static void myops_f16c_load(const uint16_t* s, int64_t n, float* d) {
+__attribute__((target("avx,f16c"), unused)) static void myops_f16c_load8(const uint16_t* s, int64_t n, float* d) {
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) _mm256_storeu_ps(d + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + k))));
   for (; k < n; ++k) d[k] = _cvtsh_ss(s[k]);
 }
-__attribute__((target("avx,f16c"), unused)) static void myops_f16c_store(uint16_t* d, int64_t n, const float* s) {
+__attribute__((target("avx,f16c"), unused)) static void myops_f16c_store8(uint16_t* d, int64_t n, const float* s) {
   int64_t k = 0;
   for (; k + 8 <= n; k += 8)
     _mm_storeu_si128((__m128i*)(d + k), _mm256_cvtps_ph(_mm256_loadu_ps(s + k), _MM_FROUND_TO_NEAREST_INT));
   for (; k < n; ++k) d[k] = _cvtss_sh(s[k], _MM_FROUND_TO_NEAREST_INT);
 }
+/* (16 a vector where AVX-512 is there: the conversions are most of an fp16 elementwise op's instructions) */
+__attribute__((target("avx512f,avx,f16c"), unused)) static void myops_f16c_load16(const uint16_t* s, int64_t n,
+                                                                                 float* d) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16)
+    _mm512_storeu_ps(d + k, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(s + k))));
+  myops_f16c_load8(s + k, n - k, d + k);
+}
+__attribute__((target("avx512f,avx,f16c"), unused)) static void myops_f16c_store16(uint16_t* d, int64_t n,
+                                                                                  const float* s) {
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16)
+    _mm256_storeu_si256((__m256i*)(d + k), _mm512_cvtps_ph(_mm512_loadu_ps(s + k), _MM_FROUND_TO_NEAREST_INT));
+  myops_f16c_store8(d + k, n - k, s + k);
+}
+/* 0: no F16C (the portable loops), 1: F16C, 2: F16C and AVX-512. */
 static inline int myops_f16c(void) {
   static int known = -1; /* (every thread computes the same value: a benign race, kept atomic) */
   int v = __atomic_load_n(&known, __ATOMIC_RELAXED);
   if (v < 0) {
     __builtin_cpu_init();
     v = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+    if (v && __builtin_cpu_supports("avx512f")) v = 2;
     __atomic_store_n(&known, v, __ATOMIC_RELAXED);
   }
   return v;
+}
+static inline void myops_f16c_load(const uint16_t* s, int64_t n, float* d) {
+  if (myops_f16c() == 2) myops_f16c_load16(s, n, d);
+  else myops_f16c_load8(s, n, d);
+}
+static inline void myops_f16c_store(uint16_t* d, int64_t n, const float* s) {
+  if (myops_f16c() == 2) myops_f16c_store16(d, n, s);
+  else myops_f16c_store8(d, n, s);
 }
 #else
 #define MYOPS_F16C_PATH 0
