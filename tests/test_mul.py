@@ -74,3 +74,19 @@ def test_bad_inputs(device):
 def test_device_mismatch():
     a = make_tensor((4, 5), torch.float32, "cuda")
     raises(ops.mul, a, a.cpu(), match="b must be on the same device as a")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_every_16bit_value(device, dtype):
+    """Every bit pattern of the 16-bit type times a few factors, bit for bit against eager (NaN against NaN): the
+    conversions to and from fp32 (on the CPU, unit strides in hardware where the CPU has F16C, strided operands
+    through the portable loops), their rounding to nearest even, subnormals, overflow to inf and NaN."""
+    x = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype).to(device).reshape(256, 256)
+    for f in (1.0, 0.5, 3.0, 2.0**-10, 1.0 + 2.0**-9):
+        y = torch.full_like(x, f)
+        for a, b in ((x, y), (x.t(), y.t())):  # (unit stride; a transposed view)
+            got, want = ops.mul(a, b), a * b
+            nan = torch.isnan(want)
+            assert torch.equal(torch.isnan(got), nan), f"factor {f}: NaN where eager has none (or v.v.)"
+            assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16)), f"factor {f}"
