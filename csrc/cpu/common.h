@@ -70,7 +70,6 @@ static inline uint16_t myops_f32_to_f16(float f) { /* round to nearest even, ove
  * myops_f16c() says whether they may run (else the portable loops do). */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #include <immintrin.h>
-#define MYOPS_F16C_PATH 1
 __attribute__((target("avx,f16c"), unused)) static void myops_f16c_load8(const uint16_t* s, int64_t n, float* d) {
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) _mm256_storeu_ps(d + k, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(s + k))));
@@ -118,7 +117,6 @@ static inline void myops_f16c_store(uint16_t* d, int64_t n, const float* s) {
   else myops_f16c_store8(d, n, s);
 }
 #else
-#define MYOPS_F16C_PATH 0
 static inline int myops_f16c(void) { return 0; }
 static inline void myops_f16c_load(const uint16_t* s, int64_t n, float* d) { (void)s; (void)n; (void)d; }
 static inline void myops_f16c_store(uint16_t* d, int64_t n, const float* s) { (void)s; (void)n; (void)d; }

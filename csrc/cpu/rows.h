@@ -47,17 +47,13 @@ static inline void myops_load_row(int dtype, const void* p, int64_t cs, int64_t 
   int64_t i;
   switch (dtype) {
     case MYOPS_F32: { const float* s = (const float*)p; for (i = 0; i < n; ++i) dst[i] = s[i * cs]; break; }
-    case MYOPS_F16: {
+    case MYOPS_F16: { /* (through fp32 blocks: myops_load_f16 converts in hardware where it can) */
       const uint16_t* s = (const uint16_t*)p;
-      if (cs == 1 && myops_f16c()) { /* (in hardware, through fp32 blocks: see common.h) */
-        float t[256];
-        for (int64_t i0 = 0; i0 < n; i0 += 256) {
-          const int64_t m = n - i0 < 256 ? n - i0 : 256;
-          myops_f16c_load(s + i0, m, t);
-          for (i = 0; i < m; ++i) dst[i0 + i] = t[i];
-        }
-      } else {
-        for (i = 0; i < n; ++i) dst[i] = myops_f16_to_f32(s[i * cs]);
+      float t[256];
+      for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t m = n - i0 < 256 ? n - i0 : 256;
+        myops_load_f16(s + i0 * cs, cs, m, t);
+        for (i = 0; i < m; ++i) dst[i0 + i] = t[i];
       }
       break;
     }
@@ -72,15 +68,11 @@ static inline void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, co
     case MYOPS_F32: { float* d = (float*)p; for (i = 0; i < n; ++i) d[i * cs] = (float)src[i]; break; }
     case MYOPS_F16: {
       uint16_t* d = (uint16_t*)p;
-      if (cs == 1 && myops_f16c()) {
-        float t[256];
-        for (int64_t i0 = 0; i0 < n; i0 += 256) {
-          const int64_t m = n - i0 < 256 ? n - i0 : 256;
-          for (i = 0; i < m; ++i) t[i] = (float)src[i0 + i];
-          myops_f16c_store(d + i0, m, t);
-        }
-      } else {
-        for (i = 0; i < n; ++i) d[i * cs] = myops_f32_to_f16((float)src[i]);
+      float t[256];
+      for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        const int64_t m = n - i0 < 256 ? n - i0 : 256;
+        for (i = 0; i < m; ++i) t[i] = (float)src[i0 + i];
+        myops_store_f16(d + i0 * cs, cs, m, t);
       }
       break;
     }

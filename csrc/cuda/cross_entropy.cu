@@ -593,6 +593,12 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
     const auto row_kernel = [&]() -> int {
       if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
         if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
+          // (the stream kernel for geometry g: g.rows rows per CTA, or g.cluster CTAs per row; g.tpr threads a row)
+          const auto stream = [&](const rr::Geo& g, auto kernel) {
+            return rr::launch(g, rr::cover_grid(g, M), kernel, st, static_cast<A*>(rows), static_cast<A*>(stats),
+                              static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M, (int)C, ignore_index,
+                              (A)smoothing, g.tpr);
+          };
           const auto go = [&](auto plain, auto clustered) {
             rr::Geo g;
             g.ns = 4;
@@ -600,21 +606,15 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
             g.threads = kStreamThreads;
             g.tpr = g.threads * g.cluster;
             g.rows = 1;
-            return rr::launch(g, rr::cover_grid(g, M), g.cluster > 1 ? clustered : plain, st, static_cast<A*>(rows),
-                              static_cast<A*>(stats), static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M,
-                              (int)C, ignore_index, (A)smoothing, g.tpr);
+            return stream(g, g.cluster > 1 ? clustered : plain);
           };
           if (ce_warp(M, C * es)) {
             rr::Geo g;
             g.threads = kStreamThreads;
+            g.tpr = 32;
             g.rows = kStreamThreads / 32;
-            const auto warp = [&](auto kernel) {
-              return rr::launch(g, rr::cover_grid(g, M), kernel, st, static_cast<A*>(rows), static_cast<A*>(stats),
-                                static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, M, (int)C,
-                                ignore_index, (A)smoothing, 32);
-            };
-            return smoothing != 0.0 ? warp(stream_fwd_kernel<T, true, false, 4, kStreamThreads, true>)
-                                    : warp(stream_fwd_kernel<T, false, false, 4, kStreamThreads, true>);
+            return smoothing != 0.0 ? stream(g, stream_fwd_kernel<T, true, false, 4, kStreamThreads, true>)
+                                    : stream(g, stream_fwd_kernel<T, false, false, 4, kStreamThreads, true>);
           }
           if (ce_bulk(C, es) && M < (1LL << 31)) {
             rr::Geo g;
