@@ -7,7 +7,8 @@ device-to-device copy bandwidth.
         [--markdown results.md] [--device cpu]
 
 On CUDA, times with CUDA events (median of 100 runs, each after a 256 MB L2 flush and a GPU sleep that lets the
-host queue the run ahead, so host overhead is not timed; see make_timer). ``--device cpu`` is a smoke run of the same logic (perf_counter median).
+host queue the run ahead, so host overhead is not timed; see make_timer). The flush reads a buffer, leaving L2 clean;
+``--flush dirty`` zeroes one instead (triton's do_bench), whose dirty lines the timed op then writes back. ``--device cpu`` is a smoke run of the same logic (perf_counter median).
 Correctness of myops vs eager is checked first; mismatches are listed after the table (exit status 1).
 Adding an op is one ``Case`` in ``CASES``.
 """
@@ -197,17 +198,18 @@ CASES = [
 ]
 
 
-def make_timer(device: torch.device) -> tuple[str, Callable[[Callable[[], object]], float]]:
+def make_timer(device: torch.device, flush: str = "clean") -> tuple[str, Callable[[Callable[[], object]], float]]:
     """(name, time_us): time_us(fn) is the median run time of fn in microseconds on device.
 
     On CUDA, each timed run is queued behind an L2 flush and a GPU sleep, so that the host enqueues fn's launches
     while the GPU is still busy: the events then time the GPU work alone. Without the sleep (triton's do_bench),
     forward+backward rows measured the host's autograd and launch overhead instead, and moved by up to 2x from run to
-    run on the same kernels (BENCHMARKS.md).
+    run on the same kernels (BENCHMARKS.md). flush: see time_cuda_events.
     """
     if device.type == "cpu":
         return "perf_counter median", time_cpu
-    return "CUDA events median (L2 flushed, host run-ahead)", time_cuda_events
+    return (f"CUDA events median (L2 flushed {flush}, host run-ahead)",
+            lambda fn: time_cuda_events(fn, flush=flush))
 
 
 def time_cpu(fn: Callable[[], object], warmup: int = 3, reps: int = 20) -> float:
@@ -222,18 +224,35 @@ def time_cpu(fn: Callable[[], object], warmup: int = 3, reps: int = 20) -> float
     return statistics.median(times)
 
 
+def l2_flush(kind: str) -> Callable[[], object]:
+    """The L2 flush of time_cuda_events: "clean" reads a 256 MB buffer, "dirty" zeroes it, "dirty+clean" zeroes it,
+    then reads it (benchmarks/flush_ab.py's check that the difference is the dirty lines' write-back)."""
+    buf = torch.zeros(64 << 20, dtype=torch.int32, device="cuda")  # 256 MB, several times any L2
+    steps = {"clean": [buf.max], "dirty": [buf.zero_], "dirty+clean": [buf.zero_, buf.max]}
+    if kind not in steps:
+        raise ValueError(f"flush must be one of {sorted(steps)}, not {kind!r}")
+    return lambda: [step() for step in steps[kind]]
+
+
 def time_cuda_events(fn: Callable[[], object], warmup: int = 10, reps: int = 100,
-                     sleep_cycles: int = 4_000_000) -> float:
-    """Median CUDA-event time of fn (µs): before each run, a 256 MB buffer is zeroed (flushes L2) and the GPU sleeps
-    for sleep_cycles (about 2 ms) while the host queues fn, so host overhead stays out of the time. An op that
-    synchronizes with the host inside fn is timed with that wait."""
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+                     sleep_cycles: int = 4_000_000, flush: str = "clean") -> float:
+    """Median CUDA-event time of fn (µs): before each run, L2 is flushed and the GPU sleeps for sleep_cycles (about
+    2 ms) while the host queues fn, so host overhead stays out of the time. An op that synchronizes with the host
+    inside fn is timed with that wait.
+
+    flush "clean" reads a 256 MB buffer: L2 then holds clean lines, and the dirty lines of the run before (its
+    outputs) are written back before the timer starts. "dirty" zeroes the buffer, as triton's do_bench does: L2 is
+    then full of dirty lines (its 50 MB on an H100 or H200) that the timed run evicts, writing them back to DRAM on
+    its own time. That write-back weighs on small runs: on an H100 a 128 MB copy measured 95.1% of the 1 GiB copy
+    behind a zeroed flush against 101.3% behind a read one (BENCHMARKS.md, session 32).
+    """
+    flush_l2 = l2_flush(flush)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
     for start, end in events:
-        flush.zero_()
+        flush_l2()
         torch.cuda._sleep(sleep_cycles)
         start.record()
         fn()
@@ -397,6 +416,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backward", action=argparse.BooleanOptionalAction, default=True, help="time forward+backward")
     p.add_argument("--markdown", metavar="PATH", help="also write the table as markdown to PATH")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    p.add_argument("--flush", default="clean", choices=["clean", "dirty"],
+                   help="L2 flush before each timed run: read a 256 MB buffer (clean) or zero it (dirty, as triton's "
+                   "do_bench; the timed run then writes back the flush's dirty lines)")
     p.add_argument("--warmup-s", type=float, default=2.0,
                    help="seconds of GPU work before the first timing (0: none)")
     args = p.parse_args(argv)
@@ -425,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.device.type == "cuda" and not torch.cuda.is_available():
         print("bench.py: CUDA is not available; nothing to time (use --device cpu for a smoke run).")
         return 0
-    timer, time_us = make_timer(args.device)
+    timer, time_us = make_timer(args.device, args.flush)
     if args.device.type == "cuda":
         gpu_warmup(args.warmup_s)
     copy_bw = copy_gbps(args.device, time_us)
