@@ -58,6 +58,9 @@ def main():
             ("softmax fwd", lambda: ops.softmax(x), 2 * nx),
             ("cross_entropy fwd unchecked", lambda: ops.cross_entropy(lg, tg, check_target=False), nl),
             ("cross_entropy fwd eager", lambda: F.cross_entropy(lg, tg), nl),
+            # plain reads of the logits: what a read-only pass over them reaches (cross_entropy's forward is one)
+            ("read logits: sum()", lambda: ops.sum(lg), nl),
+            ("read logits: eager sum()", lambda: lg.sum(), nl),
         ]:
             row(f"{case} {name}", fn, nbytes)
 
