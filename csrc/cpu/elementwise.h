@@ -12,7 +12,10 @@
 #include "common.h"
 #include "vmath.h"
 
-#define MYOPS_EW_CHUNK 256
+/* 1024: chunks of 256 ran bf16 add at 160 us against 122 ([1024, 1024], 1 thread, 2-core EPYC VM); 2048 measured
+ * about 3% faster again, 4096 50% slower. The fp32 buffers take 32 bytes per chunk element (32 KB at 1024), the
+ * fp64 ones 64 (on the stack of every worker thread). */
+#define MYOPS_EW_CHUNK 1024
 #define MYOPS_EW_SPAN 8192 /* elements a body call when no buffer is involved (see myops_ew_cpu) */
 #define MYOPS_EW_MAX_OPERANDS 4
 
