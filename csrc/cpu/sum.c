@@ -1,5 +1,6 @@
 /* sum: out[m] = sum_k x[m * sM + k * sK], x viewed as [M, K], out [M] contiguous in x's dtype. Accumulated in
- * fp64, except within the row path's blocks of 256 (see sum_block).
+ * fp64, except within the row path's blocks of 256 (sum_block) and the column path's groups of 8 rows, which add
+ * in fp32 (and so overflow near fp32's range where fp64 would not, as eager's fp32 sums do).
  * Two loop orders: along k per output when k is the contiguous dim (rows), else blocks of 256 outputs swept
  * together down k (columns: reading a whole column per output would touch a new cache line per element). */
 #include "common.h"
@@ -19,8 +20,8 @@ static inline double sum_lanes(const double* a) {
 /* The sum of v [n], n <= MYOPS_SUM_BLOCK, in fp32 over 32 lanes (four vectors of 8: GCC vector extensions, which
  * stay in registers, where a lane array of scalars was kept in memory, a store-to-load chain per add), lane j
  * taking v[32 i + j]; the lanes and the last n % 32 elements are added in a fixed order. Each lane adds at most 8
- * terms and the fold 5 levels: the block's error stays within about 13 fp32 ulps of the sum of its magnitudes, and
- * the blocks add up in fp64. 1 thread, [1024, 1024] fp32, 2-core EPYC VM, eager 45-46 us: fp64 lanes, 4 of them
+ * terms and the fold 5 levels: a full block's error stays within about 13 fp32 ulps of the sum of its magnitudes
+ * (a row's last, partial block adds up to 31 more terms in turn), and the blocks add up in fp64. 1 thread, [1024, 1024] fp32, 2-core EPYC VM, eager 45-46 us: fp64 lanes, 4 of them
  * 174 us, 16 64 us; this 1x. */
 typedef float sum_v8f __attribute__((vector_size(32)));
 static inline double sum_block(const float* v, int64_t n) {
