@@ -6,8 +6,9 @@
 #    unset: no tests);
 # 3. times myops alone, baseline and working tree alternately, ROUNDS times (bench.py arguments in BENCH_ARGS);
 # 4. times the working tree under each entry of CONFIGS (space-separated, each a comma-separated list of MYOPS_
-#    settings without the prefix, e.g. "ROW_STAGE=0,ROW_CLUSTER=4 NVCC_FLAGS=-DMYOPS_LN_FUSED=0"; "-", the defaults,
-#    is step 3's run);
+#    settings without the prefix, e.g. "ROW_STAGE=0,ROW_CLUSTER=4 NVCC_FLAGS=-DMYOPS_LN_FUSED=0"; a "+" in a value
+#    is a space, for several flags: "NVCC_FLAGS=-DMYOPS_EW_FLAT_THREADS32=128+-DMYOPS_EW_FLAT_UNROLL32=2"; "-", the
+#    defaults, is step 3's run; a new NVCC_FLAGS builds its own kernel library when the bench imports ops);
 # 5. prints Nsight Compute's instruction count and time of each NCU entry ("op:shape:dtype:kernel-regex",
 #    profile_rows.py) in both trees.
 # Usage (device tool): BASE=_base BENCH_ARGS="--ops layer_norm --no-variants" bash benchmarks/device_ab.sh
@@ -39,7 +40,7 @@ for i in $(seq ${ROUNDS:-1}); do
 done
 for c in ${CONFIGS:-}; do
   [ "$c" = "-" ] && continue
-  envs=(); for kv in ${c//,/ }; do envs+=("MYOPS_$kv"); done
+  envs=(); for kv in ${c//,/ }; do envs+=("MYOPS_${kv//+/ }"); done
   bench . "$c" "${envs[@]}"
 done
 for p in ${NCU:-}; do
