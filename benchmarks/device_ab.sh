@@ -11,6 +11,8 @@
 #    defaults, is step 3's run; a new NVCC_FLAGS builds its own kernel library when the bench imports ops);
 # 5. prints Nsight Compute's instruction count and time of each NCU entry ("op:shape:dtype:kernel-regex",
 #    profile_rows.py) in both trees.
+# Each tree times with its own bench.py: a BASE older than dc0d851 flushes L2 by zeroing and has no --flush (5-14
+# points lower on small ops, BENCHMARKS.md session 32), so take a BASE of dc0d851 or later.
 # Usage (device tool): BASE=_base BENCH_ARGS="--ops layer_norm --no-variants" bash benchmarks/device_ab.sh
 set -uo pipefail
 export PYTHONPATH=. TORCH_CUDA_ARCH_LIST=9.0 PYTHONUNBUFFERED=1

@@ -139,3 +139,35 @@ def check_float64(fn, ref_fn, inputs, grad=True, rtol=1e-10):
             continue
         if b.numel():
             torch.testing.assert_close(a.cpu(), b, rtol=0, atol=rtol * max(1.0, b.abs().max().item()))
+
+
+# Rows holding inf or NaN (and one clean row), at lengths that reach each GPU kernel family: warp rows, the register
+# kernel, the long forward at 4 and 8 vectors per thread.
+NON_FINITE_SHAPES = [(5, 7), (5, 1024), (5, 4096), (5, 65536), (5, 262144)]
+
+
+def non_finite_rows(shape, dtype, device, seed=0):
+    """x of shape [5, N], N >= 5: row 0 one +inf, row 1 one NaN, row 2 -inf and +inf, row 3 +inf twice, one of them
+    its first element (the kernels that sum about a row's first element), row 4 finite."""
+    x = make_tensor(shape, dtype, device, seed=seed)
+    inf, nan = float("inf"), float("nan")
+    x[0, 1], x[1, 2], x[2, 1], x[2, 3], x[3, 0], x[3, 4] = inf, nan, -inf, inf, inf, inf
+    return x
+
+
+def check_non_finite(fn, eager_fn, inputs):
+    """Outputs and gradients (of every float input) hold NaN and +-inf exactly where eager's do."""
+    got, exp = [], []
+    g = None
+    for f, out in ((fn, got), (eager_fn, exp)):
+        xs = [t.detach().clone().requires_grad_() if isinstance(t, torch.Tensor) else t for t in inputs]
+        y = f(*xs)
+        if g is None:
+            g = make_tensor(y.shape, y.dtype, y.device, seed=7)
+        y.backward(g)
+        out += [y.detach()] + [t.grad for t in xs if isinstance(t, torch.Tensor)]
+    for what, a, b in zip(["output"] + [f"grad {i}" for i in range(len(got) - 1)], got, exp):
+        for kind in ("isnan", "isinf"):
+            ma, mb = getattr(a, kind)(), getattr(b, kind)()
+            assert torch.equal(ma, mb), f"{what}: {kind} differs from eager in {int((ma != mb).sum())} elements " \
+                                        f"(rows {sorted(set((ma != mb).nonzero()[:, 0].tolist()))})"

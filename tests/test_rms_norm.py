@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, WARP_ROWS,
-                    check_graph_replay, padded_rows, param, run_case)
+from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, NON_FINITE_SHAPES, ROW_SHAPES, SHORT_ROWS,
+                    WARP_ROWS, check_graph_replay, check_non_finite, non_finite_rows, padded_rows, param, run_case)
 
 OP = torch.ops.myops.rms_norm.default
 
@@ -139,3 +139,14 @@ def test_cuda_graph(dtype, shape):
     # forward and backward captured into a CUDA graph (the backward's kernels are programmatic dependent launches)
     x, w = (make_tensor(s, dtype, "cuda", seed=i) for i, s in enumerate([shape, shape[-1:]]))
     check_graph_replay(lambda x, w: ops.rms_norm(x, w), [x, w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", NON_FINITE_SHAPES)
+def test_non_finite_rows(device, dtype, shape):
+    """Rows holding inf or NaN come out NaN (and +-inf) where eager's do, forward and backward: the statistics must
+    not clamp a NaN variance to 0 (fmaxf does), which left such a row finite rstd and +-inf outputs."""
+    x = non_finite_rows(shape, dtype, device)
+    w = param(shape, dtype, device, True, 1)
+    check_non_finite(ops.rms_norm, ref, [x, w])

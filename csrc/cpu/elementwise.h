@@ -4,7 +4,8 @@
  *
  * Rows are walked in chunks of MYOPS_EW_CHUNK columns: each operand chunk is converted into an fp32 (fp64 for
  * fp64 tensors) scratch buffer on the stack, the op's body runs over plain arrays (which the compiler
- * vectorizes), and the results are converted back; fp32 and fp64 operands of unit column stride are used in place.
+ * vectorizes), and the results are converted back; fp32 and fp64 operands of unit column stride are used in place
+ * (and where all of them are, in spans of MYOPS_EW_SPAN).
  * The registration layer splits rows across threads. */
 #ifndef MYOPS_CPU_ELEMENTWISE_H
 #define MYOPS_CPU_ELEMENTWISE_H
@@ -72,7 +73,8 @@ MYOPS_CPU_VEC static int myops_ew_cpu(int nin, int nout, const myops_out_operand
   const int f32_direct = dtype == MYOPS_F32;
   /* Where every operand is used in place (and no summand needs the buffer), the body runs over MYOPS_EW_SPAN
    * elements a call instead of a chunk: its per-call costs (the call, the vectorized loop's alias checks, peel and
-   * remainder) weighed on chunks of 256. */
+   * remainder) weighed on chunks of 256 (the chunk size then; fp32 add 115-116 -> 108-114 us, BENCHMARKS.md
+   * session 32). */
   int all_direct = f32_direct && colsum == NULL;
   for (int i = 0; i < nin; ++i) all_direct = all_direct && ins[i].col_stride == 1;
   for (int k = 0; k < nw; ++k) all_direct = all_direct && outs[k].col_stride == 1;

@@ -1,6 +1,7 @@
 /* sum: out[m] = sum_k x[m * sM + k * sK], x viewed as [M, K], out [M] contiguous in x's dtype. Accumulated in
- * fp64, except within the row path's blocks of 256 (sum_block) and the column path's groups of 8 rows, which add
- * in fp32 (and so overflow near fp32's range where fp64 would not, as eager's fp32 sums do).
+ * fp64, except within the row path's blocks of 256 (sum_block) and the column path's groups of 8 rows (a last
+ * partial group adds in fp64), which add in fp32 (and so overflow near fp32's range where fp64 would not, as eager's
+ * fp32 sums do).
  * Two loop orders: along k per output when k is the contiguous dim (rows), else blocks of 256 outputs swept
  * together down k (columns: reading a whole column per output would touch a new cache line per element). */
 #include "common.h"

@@ -90,6 +90,7 @@ template <class T, class Op> constexpr int flat_unroll() {
 template <class T, int VEC, class Op>
 __global__ void __launch_bounds__(ew_flat_threads<T>()) ew_flat_kernel(EwArgs<Op::NIN, Op::NOUT> a, Op op) {
   constexpr int NIN = Op::NIN, NOUT = Op::NOUT, U = flat_unroll<T, Op>(), THREADS = ew_flat_threads<T>();
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024 && U >= 1, "the flat kernel's block and vectors per thread");
   const int64_t n = a.cols, tile = (int64_t)THREADS * VEC * U;
   const L2Hint h = l2_hint(a.last);
   for (int64_t base = (int64_t)blockIdx.x * tile; base < n; base += (int64_t)gridDim.x * tile) {

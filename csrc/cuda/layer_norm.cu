@@ -12,6 +12,9 @@
 #include "rowpipe.cuh"
 
 namespace {
+// max(v, 0) that lets NaN through: fmaxf(NaN, 0) is 0, which gave a row holding an inf (variance NaN, as in eager)
+// a finite rstd, so that its outputs came out as +-inf where eager's are NaN.
+template <class A> __device__ __forceinline__ A nonneg(A v) { return v < A(0) ? A(0) : v; }
 using namespace myops;
 using namespace myops::rows;
 
@@ -129,7 +132,7 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
     const Pair<D> s1 = c.reduce(Pair<D>{su, suu}, AddOp{}, red, cred);
     const Pair<D> s2 = c.reduce(Pair<D>{sg, sgu}, AddOp{}, red, cred);
     const D mu = s1.a / D(N);  // of x - K
-    const D var = fmax(s1.b / D(N) - mu * mu, D(0));
+    const D var = nonneg(s1.b / D(N) - mu * mu);
     const D rs = D(1) / sqrt(var + eps);
     const D mg = s2.a / D(N), mgx = (s2.b / D(N) - mu * mg) * rs;  // mean(g), mean(g * xhat)
     const OutRow<T> o(dx, (vec_mask >> 3) & 1, c, r);
@@ -241,7 +244,7 @@ __device__ __forceinline__ Pair<float> rr_stats_tshift(const rr::Regs<T, NS>& v,
   const float mt = fmaf(a, inv_nt, k), m2t = fmaf(-a * inv_nt, a, b);
   const float mu = red(fmaf(n_t, k, a), rr::Sum{}, 0.f) * inv_n, d = mt - mu;
   const float q = red(fmaf(n_t * d, d, m2t), rr::Sum{}, 0.f);
-  return {mu, row_rsqrt<T>(fmaxf(q * inv_n, 0.f) + eps)};
+  return {mu, row_rsqrt<T>(nonneg(q * inv_n) + eps)};
 }
 // The same statistics of a row split over a cluster in one exchange (RowReduce::slot_moments): each warp takes its
 // part's mean by shuffles, then its squared deviations from it (the exact two-pass over the warp's registers); the
@@ -276,7 +279,9 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& 
 }
 // MYOPS_LN_SLOTS=2 (A/B, not yet GPU-run): the 16-bit rows of 8 vectors per thread in one pass over the registers.
 // Each thread takes the moments of u = x - K about its first element K (u exact in fp32 for 16-bit x), its mean m_t
-// and squared deviations M2_t = suu - su^2 / n_t (cancelling by at most n_t = 64: 6 of fp32's 24 bits), a warp merges
+// and squared deviations M2_t = suu - su^2 / n_t, which cancel by at most n_t = 64 (6 of fp32's 24 bits) on top of
+// suu's own rounding over a chain of 64 adds: a worst case near 2^-12 of the variance, against the 8-11 bits of a
+// 16-bit output (the saved fp32 rstd carries it too), a warp merges
 // its threads' (n_t, m_t, M2_t) (Chan: M2_w = sum M2_t + n_t (m_t - m_w)^2), and the exchange merges the warps'.
 // rr_stats_slots passes over the registers twice (the row sum, then the squares about the warp's mean), each a chain
 // of 64 dependent adds; layer_norm's bf16 N = 262144 forward is its one forward under 90% (H100, session 32).
@@ -291,7 +296,7 @@ __device__ __forceinline__ Pair<float> rr_stats_slots1(const rr::Regs<T, NS>& v,
   const float sw = warp_sum(fmaf(n_t, k, m.a));
   const float d = mt - sw * rr::recip_or_0(float(c.threads(t0, t0 + 32)));
   const Pair<float> tot = red.slot_moments(Pair<float>{sw, warp_sum(fmaf(n_t * d, d, m2t))}, c, inv_n);
-  return {tot.a * inv_n, row_rsqrt<T>(fmaxf(tot.b * inv_n, 0.f) + eps)};
+  return {tot.a * inv_n, row_rsqrt<T>(nonneg(tot.b * inv_n) + eps)};
 }
 // The long forward's 16-bit rows at 4 vectors per thread (MYOPS_LN_SHIFT): the statistics in one cluster exchange,
 // of the sums of u = x - K about the row's first element K (u is exact in fp32 for 16-bit x): mu = K + mean(u),
