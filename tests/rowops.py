@@ -3,9 +3,10 @@ kernel plan (a warp per row, a CTA per row, a cluster of CTAs per row, streaming
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from common import check_against_eager, check_close, make_tensor
+from common import DEVICES, DTYPES, check_against_eager, check_close, make_tensor
 
 # (rows, N): tiny, odd, a warp per row, a CTA per row, long rows split over a cluster, very long rows.
 ROW_SHAPES = [(5, 1), (3, 7), (4, 64), (2, 769), (3, 5125), (2, 65536), (2, 65537), (1, 262144)]
@@ -144,6 +145,14 @@ def check_float64(fn, ref_fn, inputs, grad=True, rtol=1e-10):
 # Rows holding inf or NaN (and one clean row), at lengths that reach each GPU kernel family: warp rows, the register
 # kernel, the long forward at 4 and 8 vectors per thread.
 NON_FINITE_SHAPES = [(5, 7), (5, 1024), (5, 4096), (5, 65536), (5, 262144)]
+
+
+def non_finite_cases(test):
+    """Every row op's test_non_finite_rows runs over these: device, dtype, shape."""
+    for mark in (pytest.mark.parametrize("shape", NON_FINITE_SHAPES), pytest.mark.parametrize("dtype", DTYPES),
+                 pytest.mark.parametrize("device", DEVICES)):
+        test = mark(test)
+    return test
 
 
 def non_finite_rows(shape, dtype, device, seed=0):

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_gradcheck, check_opcheck,
                     make_tensor, raises, shapes)
-from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, NON_FINITE_SHAPES, ROW_SHAPES, WARP_ROWS,
-                    check_non_finite, non_finite_rows, padded_rows, run_case)
+from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, WARP_ROWS, check_non_finite,
+                    non_finite_cases, non_finite_rows, padded_rows, run_case)
 
 
 @dataclass(frozen=True)
@@ -143,9 +143,7 @@ def test_bad_inputs(sm, device):
     raises(sm.fn, x, -3, match="dim -3 is out of range")
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", NON_FINITE_SHAPES)
+@non_finite_cases
 def test_non_finite_rows(sm, device, dtype, shape):
     """Rows holding inf or NaN come out NaN (and +-inf) where eager's do, forward and backward."""
     check_non_finite(sm.fn, lambda t: sm.torch_fn(t, -1), [non_finite_rows(shape, dtype, device)])

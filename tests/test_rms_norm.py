@@ -7,8 +7,9 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, NON_FINITE_SHAPES, ROW_SHAPES, SHORT_ROWS,
-                    WARP_ROWS, check_graph_replay, check_non_finite, non_finite_rows, padded_rows, param, run_case)
+from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, WARP_ROWS,
+                    check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows, padded_rows, param,
+                    run_case)
 
 OP = torch.ops.myops.rms_norm.default
 
@@ -141,9 +142,7 @@ def test_cuda_graph(dtype, shape):
     check_graph_replay(lambda x, w: ops.rms_norm(x, w), [x, w])
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", NON_FINITE_SHAPES)
+@non_finite_cases
 def test_non_finite_rows(device, dtype, shape):
     """Rows holding inf or NaN come out NaN (and +-inf) where eager's do, forward and backward: the statistics must
     not clamp a NaN variance to 0 (fmaxf does), which left such a row finite rstd and +-inf outputs."""
