@@ -209,6 +209,50 @@ def test_many_rows_strided_target(device, C):
     torch.testing.assert_close(ops.cross_entropy(x, t, ignore_index=C + 1), F.cross_entropy(x, t, ignore_index=C + 1))
 
 
+@pytest.mark.cuda
+def test_check_overlap(tmp_path):
+    """MYOPS_CE_CHECK_OVERLAP=1 (read once per process: a subprocess): the no-grad forward's row kernel overlaps the
+    target check and the host polls the check's slots. Losses bitwise as the default mode's (the same kernels), over
+    one check CTA and several (M = 3000: 12 slots) and every fast-path forward kernel (a warp per row, the bulk copy,
+    the streaming kernel); a bad target raises naming the least bad row's class index, and a valid call after it is
+    unaffected."""
+    cases = []
+    for shape in [(5, 32000), (3000, 1000), (40, 16000), (7, 262144)]:
+        for dtype in (torch.float32, torch.bfloat16):
+            x = make_tensor(shape, dtype, "cuda", seed=shape[1]) * 4
+            t = targets(shape[0], shape[1], "cuda", shape[0], ignore_frac=0.1)
+            cases.append((x.cpu(), t.cpu(), [ops.cross_entropy(x, t, reduction=r).cpu() for r in ("none", "mean")]))
+    torch.save(cases, tmp_path / "in.pt")
+    code = f"""import torch, ops
+out = []
+for x, t, _ in torch.load({str(tmp_path / "in.pt")!r}):
+    x, t = x.cuda(), t.cuda()
+    out.append([ops.cross_entropy(x, t, reduction=r).cpu() for r in ("none", "mean")])
+x = torch.randn(3000, 1000, device="cuda")
+t = torch.randint(0, 1000, (3000,), device="cuda")
+bad = t.clone()
+bad[1300], bad[2900], bad[2950] = 1300 + 1000, -5, 7000
+errors = []
+for b in (bad, t):
+    try:
+        ops.cross_entropy(x, b)
+        errors.append("")
+    except RuntimeError as e:
+        errors.append(str(e))
+torch.save((out, errors), {str(tmp_path / "out.pt")!r})
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_CHECK_OVERLAP="1"),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out, errors = torch.load(tmp_path / "out.pt")
+    for (x, t, ref), got in zip(cases, out):
+        for a, b in zip(got, ref):
+            assert torch.equal(a, b), (tuple(x.shape), x.dtype)
+    assert "class index 2300 outside" in errors[0], errors[0]
+    assert errors[1] == "", errors[1]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", [(4, 5), (3, 4096)])
 def test_unchecked_targets(device, shape):
