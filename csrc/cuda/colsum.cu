@@ -61,6 +61,59 @@ __global__ void __launch_bounds__(kMaxWarps * 32) colsum_kernel(T* __restrict__ 
     (blockIdx.y ? out1 : out0)[n] = from_acc<T>(static_cast<A>(t));
   }
 }
+
+// V columns per lane (MYOPS_COLSUM_VEC): 16-byte loads of V fp32 (or V / 2 fp64) partial sums each, V times fewer
+// threads and CTAs for the same rows. Long rows leave a few rows of partial sums (R = 7 at [256, 262144]), so each
+// thread of colsum_kernel loads about R / wr values: its launch and index work, not its bytes, dominate.
+// -DMYOPS_COLSUM_VEC=4 for the A/B (not yet GPU-run; the long rows' layer_norm forward+backward sits 1 point under the
+// issue's 85%, H100, session 32); by default colsum_kernel alone is built, the measured kernel. The same sums in the
+// same order as colsum_kernel's, per column.
+#ifndef MYOPS_COLSUM_VEC
+#define MYOPS_COLSUM_VEC 1
+#endif
+template <class A, int V> struct ColVec {
+  A v[V];
+};
+template <class A, class T, int V>
+__global__ void __launch_bounds__(kMaxWarps * 32) colsum_vec_kernel(T* __restrict__ out0,      // [N]
+                                                                     T* __restrict__ out1,      // [N] or null
+                                                                     const A* __restrict__ ws,  // [K, R, N]
+                                                                     int64_t R, int64_t N, int wr, int cg) {
+  __shared__ double part[kMaxWarps][32 * V];
+  pdl_wait();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % cg, rw = warp / cg;
+  const int64_t n = (((int64_t)blockIdx.x * cg + g) * 32 + lane) * V;  // (N % V == 0: whole vectors)
+  const A* __restrict__ src = ws + (int64_t)blockIdx.y * R * N;
+  double s[4][V] = {};
+  if (n < N) {
+    int64_t r = rw;
+    for (; r + 3 * wr < R; r += 4 * wr) {
+      ColVec<A, V> x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) x[u] = *reinterpret_cast<const ColVec<A, V>*>(src + (r + u * wr) * N + n);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int e = 0; e < V; ++e) s[u][e] += x[u].v[e];
+    }
+    for (; r < R; r += wr) {
+      const ColVec<A, V> x = *reinterpret_cast<const ColVec<A, V>*>(src + r * N + n);
+#pragma unroll
+      for (int e = 0; e < V; ++e) s[0][e] += x.v[e];
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < V; ++e) part[warp][lane * V + e] = (s[0][e] + s[1][e]) + (s[2][e] + s[3][e]);
+  __syncthreads();
+  if (rw == 0 && n < N) {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      double t = 0.0;
+      for (int j = 0; j < wr; ++j) t += part[j * cg + g][lane * V + e];
+      (blockIdx.y ? out1 : out0)[n + e] = from_acc<T>(static_cast<A>(t));
+    }
+  }
+}
 }  // namespace
 
 // colsum is a programmatic dependent launch (pdl_on(), common.cuh) of the backward kernel before it, which writes ws:
@@ -82,6 +135,17 @@ extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t
     cfg.blockDim = dim3(geo.wr * geo.cg * 32);
     cfg.stream = static_cast<cudaStream_t>(stream);
     add_pdl(cfg, &attr);
+    if constexpr (MYOPS_COLSUM_VEC > 1) {  // (16 bytes a lane: 4 fp32 or 2 fp64 columns, where N and ws allow)
+      constexpr int V = (int)(16 / sizeof(A));
+      if (N % V == 0 && reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
+        cfg.gridDim.x = (unsigned)ceil_div(N, (int64_t)32 * geo.cg * V);
+        const cudaError_t e = cudaLaunchKernelEx(&cfg, colsum_vec_kernel<A, T, V>, static_cast<T*>(out0),
+                                                 static_cast<T*>(out1), static_cast<const A*>(ws), R, N, geo.wr,
+                                                 geo.cg);
+        if (e != cudaSuccess) return (int)e;
+        return launch_status();
+      }
+    }
     const cudaError_t e = cudaLaunchKernelEx(&cfg, colsum_kernel<A, T>, static_cast<T*>(out0), static_cast<T*>(out1),
                                              static_cast<const A*>(ws), R, N, geo.wr, geo.cg);
     if (e != cudaSuccess) return (int)e;
