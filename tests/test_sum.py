@@ -79,3 +79,19 @@ def test_bad_inputs(device):
     raises(ops.sum, x.int(), match="x must be a floating-point tensor")
     raises(ops.sum, x, [2], match="dim 2 is out of range")
     raises(ops.sum, x, [0, -2], match="dim 0 appears more than once")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(6, 7), (6, 300), (6, 70001), (300, 6)])
+def test_non_finite(device, dtype, shape):
+    """inf and NaN come out where eager's do, along either dim (the CPU adds within blocks in fp32, the GPU splits
+    long rows across blocks): a row or column with one +inf sums to +inf, with +inf and -inf or a NaN to NaN."""
+    x = make_tensor(shape, dtype, device, seed=4)
+    inf, nan = float("inf"), float("nan")
+    x[0, 1], x[1, 2], x[2, 1], x[2, 5], x[3, 0], x[3, 3] = inf, nan, -inf, inf, -inf, -inf
+    x[4, shape[1] - 1] = inf  # the last element: the row kernels' tails
+    for dim in (-1, 0):
+        got, exp = ops.sum(x, dim), x.sum(dim)
+        for kind in ("isnan", "isposinf", "isneginf"):
+            assert torch.equal(getattr(got, kind)(), getattr(exp, kind)()), (dim, kind)
