@@ -525,6 +525,23 @@ template <class K, class... Args> int launch_scalar(cudaStream_t st, K kernel, A
   return rr::launch_dependent(g, 1, kernel, st, args...);
 }
 
+// The check's slots: *used of check_host's `slots` (one per CTA of the check), and their device address in *dev
+// (the same address under unified addressing; asked, not assumed).
+int check_slots(int64_t* check_host, int64_t slots, int64_t M, int64_t* used, int64_t** dev) {
+  *used = std::min<int64_t>(slots, ceil_div(M, (int64_t)kCheckThreads));
+  *dev = nullptr;
+  return cudaHostGetDevicePointer(reinterpret_cast<void**>(dev), check_host, 0);
+}
+// 1 + the least bad row over the check's written slots (their kSlotDone bit aside), or 0.
+int64_t least_bad(const volatile int64_t* slot, int64_t used) {
+  int64_t bad = 0;
+  for (int64_t b = 0; b < used; ++b) {
+    const int64_t v = slot[b] & ~kSlotDone;
+    if (v != 0 && (bad == 0 || v < bad)) bad = v;
+  }
+  return bad;
+}
+
 // Queues the target check (check_targets_kernel, writing straight into the pinned check_host through its device
 // mapping: no copy to queue behind it) and an event behind it, returned in *done (null if none was created; once it
 // is not null, the caller must check_wait on it even when this fails, so that the check is done writing check_host
@@ -532,9 +549,8 @@ template <class K, class... Args> int launch_scalar(cudaStream_t st, K kernel, A
 int check_launch(int64_t* check_host, int64_t slots, int64_t* used, cudaEvent_t* done, const int64_t* target,
                  int64_t t_stride, int64_t M, int64_t C, int64_t ignore_index, cudaStream_t stream) {
   *done = nullptr;
-  *used = std::min<int64_t>(slots, ceil_div(M, (int64_t)kCheckThreads));
-  int64_t* check_dev = nullptr;  // (the same address under unified addressing; asked, not assumed)
-  int rc = cudaHostGetDevicePointer(reinterpret_cast<void**>(&check_dev), check_host, 0);
+  int64_t* check_dev;
+  int rc = check_slots(check_host, slots, M, used, &check_dev);
   if (rc) return rc;
   rc = cudaEventCreateWithFlags(done, cudaEventDisableTiming);  // (before the check is queued)
   if (rc) {
@@ -553,8 +569,7 @@ int check_wait(cudaEvent_t done, const int64_t* check_host, int64_t used, int64_
   const int wait = cudaEventSynchronize(done);
   cudaEventDestroy(done);
   if (wait) return wait;
-  for (int64_t b = 0; b < used; ++b)
-    if (check_host[b] != 0 && (*bad_row == 0 || check_host[b] < *bad_row)) *bad_row = check_host[b];
+  *bad_row = least_bad(check_host, used);
   return MYOPS_OK;
 }
 
@@ -576,9 +591,8 @@ inline bool ce_check_overlap() {
 template <class Forward>
 int check_overlapped(int64_t* check_host, int64_t slots, int64_t* bad_row, const int64_t* target, int64_t t_stride,
                      int64_t M, int64_t C, int64_t ignore_index, cudaStream_t stream, const Forward& forward) {
-  const int64_t used = std::min<int64_t>(slots, ceil_div(M, (int64_t)kCheckThreads));
-  int64_t* check_dev = nullptr;
-  int rc = cudaHostGetDevicePointer(reinterpret_cast<void**>(&check_dev), check_host, 0);
+  int64_t used, *check_dev;
+  int rc = check_slots(check_host, slots, M, &used, &check_dev);
   if (rc) return rc;
   volatile int64_t* slot = check_host;
   for (int64_t b = 0; b < used; ++b) slot[b] = 0;
@@ -588,23 +602,18 @@ int check_overlapped(int64_t* check_host, int64_t slots, int64_t* bad_row, const
   if (rc) return rc;  // (nothing was queued that writes the slots)
   rc = forward(true);
   // Wait for the slots (also when the forward failed: check_host must not be freed under the check).
-  for (unsigned polls = 1;; ++polls) {
-    int64_t b = 0;
-    while (b < used && (slot[b] & kSlotDone)) ++b;
-    if (b == used) break;
-    if (polls % 256 == 0) {
-      const cudaError_t q = cudaStreamQuery(stream);
-      if (q != cudaErrorNotReady) {  // done or failed: a slot still unwritten will not be
-        while (b < used && (slot[b] & kSlotDone)) ++b;
-        if (b == used) break;
-        return rc ? rc : q != cudaSuccess ? (int)q : MYOPS_EARG;
-      }
-    }
+  const auto written = [&] {
+    for (int64_t b = 0; b < used; ++b)
+      if (!(slot[b] & kSlotDone)) return false;
+    return true;
+  };
+  for (unsigned polls = 1; !written(); ++polls) {
+    if (polls % 256 != 0) continue;
+    const cudaError_t q = cudaStreamQuery(stream);
+    if (q != cudaErrorNotReady && !written())  // done or failed: a slot still unwritten will not be
+      return rc ? rc : q != cudaSuccess ? (int)q : MYOPS_EARG;
   }
-  for (int64_t b = 0; b < used; ++b) {
-    const int64_t v = slot[b] & ~kSlotDone;
-    if (v != 0 && (*bad_row == 0 || v < *bad_row)) *bad_row = v;
-  }
+  *bad_row = least_bad(slot, used);
   return rc;
 }
 template <class Forward>

@@ -279,10 +279,10 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& 
 }
 // MYOPS_LN_SLOTS=2 (A/B, not yet GPU-run): the 16-bit rows of 8 vectors per thread in one pass over the registers.
 // Each thread takes the moments of u = x - K about its first element K (u exact in fp32 for 16-bit x), its mean m_t
-// and squared deviations M2_t = suu - su^2 / n_t, which cancel by at most n_t = 64 (6 of fp32's 24 bits) on top of
+// and squared deviations M2_t = suu - su^2 / n_t (which cancel by at most n_t = 64, 6 of fp32's 24 bits, on top of
 // suu's own rounding over a chain of 64 adds: a worst case near 2^-12 of the variance, against the 8-11 bits of a
-// 16-bit output (the saved fp32 rstd carries it too), a warp merges
-// its threads' (n_t, m_t, M2_t) (Chan: M2_w = sum M2_t + n_t (m_t - m_w)^2), and the exchange merges the warps'.
+// 16-bit output; the saved fp32 rstd carries it too); a warp merges its threads' (n_t, m_t, M2_t) (Chan: M2_w =
+// sum M2_t + n_t (m_t - m_w)^2), and the exchange merges the warps'.
 // rr_stats_slots passes over the registers twice (the row sum, then the squares about the warp's mean), each a chain
 // of 64 dependent adds; layer_norm's bf16 N = 262144 forward is its one forward under 90% (H100, session 32).
 template <class T, int NS>
