@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 #include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include "../myops.h"
 
@@ -57,6 +58,16 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// A tuning knob: environment variable `name` if it is an integer v with ok(v), else dflt (unset, empty, or anything
+// else, such as "abc" or "2x"). Callers read it once per process (a function-local static).
+template <class Ok> int env_knob(const char* name, int dflt, Ok ok) {
+  const char* e = std::getenv(name);
+  if (e == nullptr || *e == '\0') return dflt;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  return *end == '\0' && v >= INT_MIN && v <= INT_MAX && ok((int)v) ? (int)v : dflt;
+}
+
 // Lets the programmatic dependent launched after this kernel start once every CTA of this one has run this (instead
 // of once they have all exited): for a long kernel followed by a small dependent that waits in pdl_wait().
 __device__ __forceinline__ void pdl_trigger() {

@@ -43,15 +43,7 @@ using myops::l2_last;
 
 constexpr int kCtaThreads = 128;  // a CTA holds several rows when one needs fewer threads than this
 
-// A tuning knob: environment variable `name` if it is an integer v with ok(v), else dflt (unset, empty, or anything
-// else, such as "abc" or "2x"). Each knob below reads it once per process (a function-local static).
-template <class Ok> int env_knob(const char* name, int dflt, Ok ok) {
-  const char* e = std::getenv(name);
-  if (e == nullptr || *e == '\0') return dflt;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  return *end == '\0' && v >= INT_MIN && v <= INT_MAX && ok((int)v) ? (int)v : dflt;
-}
+using myops::env_knob;  // (common.cuh; each knob below reads its variable once per process)
 
 // Threads per row the geometry aims for: 128 measured best for the forward kernels at N = 4096 (64 and 256 were
 // up to 10 points slower, H200), except the fp32 layer_norm forward and, since the loads' L2 policy (L2Hint),

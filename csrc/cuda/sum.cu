@@ -3,8 +3,10 @@
 //
 // Two kernels; both write fp32 partial sums to a workspace [splits, M] when K is split across blocks so that the
 // chip fills (a full reduction, M = 1, would otherwise run on one block), and a last pass adds the splits:
-//   rows: sK == 1 (reduce along contiguous memory): a warp per row up to 16k elements, else a block per row
-//         (split); 16-byte loads, 4 in flight; warp shuffles, plus one shared-memory step for a block.
+//   rows: sK == 1 (reduce along contiguous memory): tpr threads per row (32..256), the fewest that cover the row
+//         with 4 16-byte loads each, so one pass of loads in flight reads it (rows longer than 256 threads' pass
+//         loop, and split over blocks above 16k elements); warp shuffles, plus one shared-memory step when a row
+//         spans warps. Several rows per 256-thread block when tpr < 256.
 //   cols: sK != 1 (e.g. bias gradients, reduce over leading dims): each lane owns VEC consecutive m (16-byte
 //         loads across the warp when sM == 1), the 8 warps of a block take interleaved k, shared memory combines.
 #include "common.cuh"
@@ -13,13 +15,14 @@ namespace {
 using namespace myops;
 
 constexpr int kThreads = 256;
-constexpr int64_t kWarpRowMaxK = 16384;  // rows up to this long get a warp each, 8 rows per block
+constexpr int kRowLoads = 4;             // 16-byte loads in flight per thread in the row kernel
+constexpr int64_t kWarpRowMaxK = 16384;  // rows up to this long stay in one block (MYOPS_SUM_TPR applies to them)
 constexpr int64_t kMinRowSplit = 16384;  // elements of one row per block below which splitting costs more than it gives
 constexpr int64_t kMinColSplit = 256;    // rows of a column block per split, likewise
 
 struct Plan {
   bool rows;          // row kernel (sK == 1) or column kernel
-  bool warp_per_row;  // row kernel: one warp per row
+  int tpr_log2;       // row kernel: log2 of the threads per row (5..8)
   int vec;            // elements per 16-byte load (1: unaligned or strided)
   int64_t gx;         // blocks along M
   int64_t splits;     // K split across this many blocks (1: the kernel writes the output directly)
@@ -33,12 +36,21 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
   const int64_t target = 4LL * sm_count();  // blocks that keep every SM busy
   if (p.rows) {
     p.vec = aligned && (M == 1 || sM % vec == 0) ? vec : 1;
-    p.warp_per_row = K <= kWarpRowMaxK;
-    p.gx = p.warp_per_row ? ceil_div(M, kThreads / 32) : M;
-    p.splits = p.warp_per_row ? 1 : std::min<int64_t>(ceil_div(target, p.gx), ceil_div(K, kMinRowSplit));
+    // The fewest threads whose one pass of loads covers the row. A warp per row for every row up to 16k elements
+    // (the former kernel) gave a few long tasks per warp: [16384, 4096] filled 1.94 waves of blocks that all ended
+    // together, the second 94% full.
+    int t = 5;
+    while (t < 8 && ((int64_t)kRowLoads * p.vec << t) < K) ++t;
+    static const int knob = env_knob("MYOPS_SUM_TPR", 0, [](int v) { return v == 0 || v == 32 || v == 64 ||
+                                                                             v == 128 || v == 256; });
+    if (knob != 0 && K <= kWarpRowMaxK) t = __builtin_ctz(knob);
+    if (K > kWarpRowMaxK) t = 8;
+    p.tpr_log2 = t;
+    p.gx = ceil_div(M, (int64_t)(kThreads >> t));
+    p.splits = K <= kWarpRowMaxK ? 1 : std::min<int64_t>(ceil_div(target, p.gx), ceil_div(K, kMinRowSplit));
   } else {
     p.vec = aligned && sM == 1 && sK % vec == 0 ? vec : 1;
-    p.warp_per_row = false;
+    p.tpr_log2 = 0;
     p.gx = ceil_div(M, 32LL * p.vec);
     p.splits = std::min<int64_t>(ceil_div(target, p.gx), ceil_div(K, kMinColSplit));
   }
@@ -46,45 +58,57 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
   return p;
 }
 
-// Row kernel. Block (256): warp_per_row -> 8 rows, else one row (split) per block. grid (gx, splits).
+// Row kernel. Block (256): 256 >> tpr_log2 rows of 1 << tpr_log2 threads each (a long row's block is one split of
+// it). grid (gx, splits).
 template <class T, int VEC>
 __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,          // [M]
                                                             acc_t<T>* __restrict__ ws,    // [splits, M]
                                                             const T* __restrict__ x,      // [M, K], sK == 1
-                                                            int64_t M, int64_t K, int64_t sM, bool warp_per_row) {
+                                                            int64_t M, int64_t K, int64_t sM, int tpr_log2) {
   using A = acc_t<T>;
-  __shared__ A smem[32];
-  const int64_t m = warp_per_row ? (int64_t)blockIdx.x * (kThreads / 32) + (threadIdx.x >> 5) : blockIdx.x;
-  const int lane = warp_per_row ? (threadIdx.x & 31) : threadIdx.x;
-  const int nthreads = warp_per_row ? 32 : kThreads;
+  __shared__ A smem[kThreads / 32];
+  const int tpr = 1 << tpr_log2;
+  const int64_t m = (int64_t)blockIdx.x * (kThreads >> tpr_log2) + (threadIdx.x >> tpr_log2);
+  const int lane = threadIdx.x & (tpr - 1);
   const int64_t chunk = ceil_div(ceil_div(K, gridDim.y), VEC) * VEC;  // split boundaries stay vector-aligned
   const int64_t k_begin = (int64_t)blockIdx.y * chunk, k_end = std::min<int64_t>(K, k_begin + chunk);
-  A acc[4] = {A(0), A(0), A(0), A(0)};
+  A acc[kRowLoads] = {A(0), A(0), A(0), A(0)};
   if (m < M) {
     const T* row = x + m * sM;
-    const int64_t step = (int64_t)nthreads * VEC;
+    const int64_t step = (int64_t)tpr * VEC;
+    const int64_t kv_end = k_end - (k_end - k_begin) % VEC;  // whole vectors up to here (k_begin is aligned)
     int64_t k = k_begin + (int64_t)lane * VEC;
-    for (; k + 3 * step + VEC <= k_end; k += 4 * step) {  // four independent 16-byte loads in flight
-      Vec<T, VEC> v[4];
+    for (; k + (kRowLoads - 1) * step < kv_end; k += kRowLoads * step) {  // independent loads in flight
+      Vec<T, VEC> v[kRowLoads];
 #pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = *reinterpret_cast<const Vec<T, VEC>*>(row + k + u * step);
+      for (int u = 0; u < kRowLoads; ++u) v[u] = *reinterpret_cast<const Vec<T, VEC>*>(row + k + u * step);
 #pragma unroll
-      for (int u = 0; u < 4; ++u)
+      for (int u = 0; u < kRowLoads; ++u)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) acc[u] += to_acc(v[u].v[e]);
     }
-    for (; k < k_end; k += step) {
-      if (k + VEC <= k_end) {
-        const Vec<T, VEC> v = *reinterpret_cast<const Vec<T, VEC>*>(row + k);
+    // The rest, under kRowLoads vectors a thread: predicated loads, all issued before their sums.
+    Vec<T, VEC> v[kRowLoads - 1];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[0] += to_acc(v.v[e]);
-      } else {
-        for (int64_t kk = k; kk < k_end; ++kk) acc[0] += to_acc(row[kk]);
-      }
+    for (int u = 0; u < kRowLoads - 1; ++u)
+      if (k + u * step < kv_end) v[u] = *reinterpret_cast<const Vec<T, VEC>*>(row + k + u * step);
+#pragma unroll
+    for (int u = 0; u < kRowLoads - 1; ++u)
+      if (k + u * step < kv_end)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[u] += to_acc(v[u].v[e]);
+    if (lane == 0)  // the last elements, fewer than a vector
+      for (int64_t kk = kv_end; kk < k_end; ++kk) acc[3] += to_acc(row[kk]);
+  }
+  A s = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));  // (a warp never spans two rows: tpr >= 32)
+  if (tpr > 32) {  // the row's warps meet in shared memory; its first thread adds them in order
+    if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (lane == 0) {
+      s = A(0);
+      for (int w = 0; w < (tpr >> 5); ++w) s += smem[(threadIdx.x >> 5) + w];
     }
   }
-  A s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-  s = warp_per_row ? warp_sum(s) : block_sum(s, smem);
   if (m < M && lane == 0) {
     if (gridDim.y == 1) out[m] = from_acc<T>(s);
     else ws[(int64_t)blockIdx.y * M + m] = s;
@@ -164,8 +188,8 @@ int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, 
   auto* ws = static_cast<acc_t<T>*>(workspace);
   const dim3 grid((unsigned)p.gx, (unsigned)p.splits);
   if (p.rows) {
-    if (p.vec > 1) sum_rows_kernel<T, VEC><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.warp_per_row);
-    else sum_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.warp_per_row);
+    if (p.vec > 1) sum_rows_kernel<T, VEC><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2);
+    else sum_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2);
   } else {
     if (p.vec > 1) sum_cols_kernel<T, VEC><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK);
     else sum_cols_kernel<T, 1><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK);
