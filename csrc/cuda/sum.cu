@@ -16,6 +16,7 @@ using namespace myops;
 
 constexpr int kThreads = 256;
 constexpr int kRowLoads = 4;             // 16-byte loads in flight per thread in the row kernel
+static_assert(kRowLoads == 4, "sum_rows_kernel's accumulators and their fold are written for 4");
 constexpr int64_t kWarpRowMaxK = 16384;  // rows up to this long stay in one block (MYOPS_SUM_TPR applies to them)
 constexpr int64_t kMinRowSplit = 16384;  // elements of one row per block below which splitting costs more than it gives
 constexpr int64_t kMinColSplit = 256;    // rows of a column block per split, likewise
