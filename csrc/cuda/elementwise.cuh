@@ -29,23 +29,14 @@ namespace myops {
 
 constexpr int kEwThreads = 256;
 // The flat kernel's block: 128 threads for 16-bit types (tiles of 4096 elements, twice the blocks for the tail to
-// balance), 256 for wider ones. H100, % of copy, 256 -> 128 threads for every type, two rounds: bf16 forward+backward
-// swiglu 98.6 -> 99.2, geglu 98.2 -> 98.9 (torch.compile 99.1), forwards within 0.3; fp32 swiglu and geglu 0.1-0.2
-// slower either way. fp32 stays behind compile (swiglu forward 99.8 against 101.2), with or without the L2 policy
-// (without it 1-1.5 points slower in both dtypes).
-// fp32's block and vectors per operand are -D switches for an A/B against torch.compile's fp32 GLU kernels (1.3-2.3
-// points ahead on the H100, session 32): Inductor autotunes 128 threads of 8 elements (two 16-byte loads per operand)
-// against 256 of 2, plain loads. ptxas keeps our 4-vector fp32 swiglu at 32 registers by issuing 3 of its 8 loads
-// first and the rest between the math (SASS, local nvcc); at 2 vectors all 4 loads go first. Not yet GPU-run; the
-// defaults are the measured kernel.
-#ifndef MYOPS_EW_FLAT_THREADS32
-#define MYOPS_EW_FLAT_THREADS32 256
-#endif
-#ifndef MYOPS_EW_FLAT_UNROLL32
-#define MYOPS_EW_FLAT_UNROLL32 4
-#endif
-template <class T> constexpr int ew_flat_threads() {
-  return sizeof(T) == 2 ? 128 : sizeof(T) == 4 ? MYOPS_EW_FLAT_THREADS32 : 256;
+// balance) and for fp32 of two inputs or more, 256 otherwise. H100, % of copy, 256 -> 128 threads for every type, two
+// rounds: bf16 forward+backward swiglu 98.6 -> 99.2, geglu 98.2 -> 98.9 (torch.compile 99.1), forwards within 0.3.
+// fp32 of two inputs takes Inductor's configuration, 128 threads of two 16-byte vectors per operand (flat_unroll):
+// ptxas then issues all 4 loads before the math, where the 4-vector body issued 3 of its 8 first and the rest between
+// the math (SASS). H100, clean flush, two rounds, % of copy: add, mul, swiglu, geglu forward 101.1-101.8 -> 102.8-103.0,
+// forward+backward 100.3-100.5 -> 101.0-101.2 (session 33).
+template <class T, class Op> constexpr int ew_flat_threads() {
+  return sizeof(T) == 2 || (sizeof(T) == 4 && Op::NIN >= 2) ? 128 : 256;
 }
 constexpr int kEwUnroll = 4;
 
@@ -82,14 +73,14 @@ __device__ __forceinline__ void ew_flat_one(const EwArgs<Op::NIN, Op::NOUT>& a, 
 }
 
 // Vectors per operand and thread in the flat kernel: 8 for one input (relu), 4 otherwise, so that every thread
-// keeps at least 8 independent 16-byte loads in flight (fp32 of two inputs or more: MYOPS_EW_FLAT_UNROLL32).
+// keeps at least 8 independent 16-byte loads in flight; fp32 of two inputs or more, 2 (its block above).
 template <class T, class Op> constexpr int flat_unroll() {
-  return Op::NIN == 1 ? 2 * kEwUnroll : sizeof(T) == 4 ? MYOPS_EW_FLAT_UNROLL32 : kEwUnroll;
+  return Op::NIN == 1 ? 2 * kEwUnroll : sizeof(T) == 4 ? 2 : kEwUnroll;
 }
 
 template <class T, int VEC, class Op>
-__global__ void __launch_bounds__(ew_flat_threads<T>()) ew_flat_kernel(EwArgs<Op::NIN, Op::NOUT> a, Op op) {
-  constexpr int NIN = Op::NIN, NOUT = Op::NOUT, U = flat_unroll<T, Op>(), THREADS = ew_flat_threads<T>();
+__global__ void __launch_bounds__(ew_flat_threads<T, Op>()) ew_flat_kernel(EwArgs<Op::NIN, Op::NOUT> a, Op op) {
+  constexpr int NIN = Op::NIN, NOUT = Op::NOUT, U = flat_unroll<T, Op>(), THREADS = ew_flat_threads<T, Op>();
   static_assert(THREADS % 32 == 0 && THREADS <= 1024 && U >= 1, "the flat kernel's block and vectors per thread");
   const int64_t n = a.cols, tile = (int64_t)THREADS * VEC * U;
   const L2Hint h = l2_hint(a.last);
@@ -165,7 +156,7 @@ __global__ void __launch_bounds__(kEwThreads) ew_rows_kernel(EwArgs<Op::NIN, Op:
 // resident blocks lost ~5% to tiles that did not divide evenly among them), and a few rows per row-kernel thread.
 template <class T, int VEC, class Op> int ew_launch_flat(const EwArgs<Op::NIN, Op::NOUT>& a, const Op& op,
                                                          cudaStream_t stream) {
-  constexpr int threads = ew_flat_threads<T>();
+  constexpr int threads = ew_flat_threads<T, Op>();
   const int64_t blocks = std::min<int64_t>(ceil_div(a.cols, (int64_t)threads * VEC * flat_unroll<T, Op>()), 0x7fffffff);
   ew_flat_kernel<T, VEC, Op><<<(unsigned)blocks, threads, 0, stream>>>(a, op);
   return launch_status();
