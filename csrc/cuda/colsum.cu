@@ -65,11 +65,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) colsum_kernel(T* __restrict__ 
 // V columns per lane (MYOPS_COLSUM_VEC): 16-byte loads of V fp32 (or V / 2 fp64) partial sums each, V times fewer
 // threads and CTAs for the same rows. Long rows leave a few rows of partial sums (R = 7 at [256, 262144]), so each
 // thread of colsum_kernel loads about R / wr values: its launch and index work, not its bytes, dominate.
-// -DMYOPS_COLSUM_VEC=4 for the A/B (not yet GPU-run; the long rows' layer_norm forward+backward sits 1 point under the
-// issue's 85%, H100, session 32); by default colsum_kernel alone is built, the measured kernel. The same sums in the
-// same order as colsum_kernel's, per column.
+// H100, clean flush, two rounds, layer_norm forward+backward % of copy, V = 1 -> 4: bf16 N = 65536 83.8 / 84.0 ->
+// 84.6 / 85.0, N = 262144 84.4 / 84.4 -> 85.2 / 85.2, fp32 N = 65536 92.1 / 92.0 -> 93.3 / 92.4 (session 33).
+// -DMYOPS_COLSUM_VEC=1 builds colsum_kernel alone, for an A/B. The same sums in the same order as colsum_kernel's,
+// per column.
 #ifndef MYOPS_COLSUM_VEC
-#define MYOPS_COLSUM_VEC 1
+#define MYOPS_COLSUM_VEC 4
 #endif
 template <class A, int V> struct ColVec {
   A v[V];
