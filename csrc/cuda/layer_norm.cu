@@ -250,7 +250,9 @@ __device__ __forceinline__ Pair<float> rr_stats_tshift(const rr::Regs<T, NS>& v,
 // part's mean by shuffles, then its squared deviations from it (the exact two-pass over the warp's registers); the
 // exchange merges the warps' pairs. The long forward of 8 vectors per thread takes it (one CTA per SM, whose
 // reductions no other CTA overlaps); H200, forward, % of copy, rr_stats -> rr_stats_slots: N = 262144 fp32 79.4 ->
-// 84.8, bf16 79.9 -> 80.5; elsewhere it lost (its warp-level pass is more instructions than the reduction it saves
+// 84.8, bf16 79.9 -> 80.5 (a one-pass variant for 16-bit rows, per-thread moments about the first element merged by
+// Chan's formula, measured even: H100 bf16 N = 262144 forward 92.4 / 89.9 -> 92.4 / 89.2 over two rounds, session 33,
+// and was removed); elsewhere it lost (its warp-level pass is more instructions than the reduction it saves
 // where two CTAs share an SM): N = 65536 (4 vectors) bf16 81.9 -> 80.9, fp32 90.0 -> 90.1; the register kernel at
 // [16384, 4096] bf16 87.0 -> 83.7, fp32 95.4 -> 93.8. -DMYOPS_LN_SLOTS=0 takes rr_stats there too (A/B).
 #ifndef MYOPS_LN_SLOTS
@@ -276,27 +278,6 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& 
   }
   const Pair<A> tot = red.slot_moments(Pair<A>{sw, warp_sum(m2)}, c, inv_n);
   return {tot.a * inv_n, row_rsqrt<T>(tot.b * inv_n + eps)};
-}
-// MYOPS_LN_SLOTS=2 (A/B, not yet GPU-run): the 16-bit rows of 8 vectors per thread in one pass over the registers.
-// Each thread takes the moments of u = x - K about its first element K (u exact in fp32 for 16-bit x), its mean m_t
-// and squared deviations M2_t = suu - su^2 / n_t (which cancel by at most n_t = 64, 6 of fp32's 24 bits, on top of
-// suu's own rounding over a chain of 64 adds: a worst case near 2^-12 of the variance, against the 8-11 bits of a
-// 16-bit output; the saved fp32 rstd carries it too); a warp merges its threads' (n_t, m_t, M2_t) (Chan: M2_w =
-// sum M2_t + n_t (m_t - m_w)^2), and the exchange merges the warps'.
-// rr_stats_slots passes over the registers twice (the row sum, then the squares about the warp's mean), each a chain
-// of 64 dependent adds; layer_norm's bf16 N = 262144 forward is its one forward under 90% (H100, session 32).
-template <class T, int NS>
-__device__ __forceinline__ Pair<float> rr_stats_slots1(const rr::Regs<T, NS>& v, rr::RowReduce& red, int t, int tpr,
-                                                       rr::RowCounts c, int N, float inv_n, float eps) {
-  const float k = v.at(0, 0);  // (a thread past the row: the zero fill, with n_t = 0)
-  const Pair<float> m = moments_about<false>(v, k, t, tpr, N);
-  const float n_t = float(c.threads(t, t + 1)), inv_nt = rr::recip_or_0(n_t);
-  const float mt = fmaf(m.a, inv_nt, k), m2t = fmaf(-m.a * inv_nt, m.a, m.b);
-  const int t0 = t & ~31;  // this warp's first row thread
-  const float sw = warp_sum(fmaf(n_t, k, m.a));
-  const float d = mt - sw * rr::recip_or_0(float(c.threads(t0, t0 + 32)));
-  const Pair<float> tot = red.slot_moments(Pair<float>{sw, warp_sum(fmaf(n_t * d, d, m2t))}, c, inv_n);
-  return {tot.a * inv_n, row_rsqrt<T>(nonneg(tot.b * inv_n) + eps)};
 }
 // The long forward's 16-bit rows at 4 vectors per thread (MYOPS_LN_SHIFT): the statistics in one cluster exchange,
 // of the sums of u = x - K about the row's first element K (u is exact in fp32 for 16-bit x): mu = K + mean(u),
@@ -855,8 +836,6 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
     Pair<A> ms;
     if constexpr (kShift<T, NS, AFF>) {
       ms = rr_stats_shift<T, NS>(v, k, red, l.t, tpr, N, inv_n, eps);
-    } else if constexpr (MYOPS_LN_SLOTS == 2 && NS == 8 && sizeof(T) == 2) {
-      ms = rr_stats_slots1<T, NS>(v, red, l.t, tpr, counts, N, inv_n, eps);
     } else {
       A sum = A(0);
 #pragma unroll
