@@ -210,12 +210,12 @@ def test_many_rows_strided_target(device, C):
 
 
 @pytest.mark.cuda
-def test_check_overlap(tmp_path):
-    """MYOPS_CE_CHECK_OVERLAP=1 (read once per process: a subprocess): the no-grad forward's row kernel overlaps the
-    target check and the host polls the check's slots. Losses bitwise as the default mode's (the same kernels), over
-    one check CTA and several (M = 3000: 12 slots) and every fast-path forward kernel (a warp per row, the bulk copy,
-    the streaming kernel); a bad target raises naming the least bad row's class index, and a valid call after it is
-    unaffected."""
+def test_check_modes(tmp_path):
+    """MYOPS_CE_CHECK_OVERLAP=0 (read once per process: a subprocess) against the default 1: the no-grad forward's
+    target check ahead of its row kernel with an event wait, against the row kernel overlapping the check while the
+    host polls the check's slots. Losses bitwise alike (the same kernels), over one check CTA and several (M = 3000:
+    12 slots) and every fast-path forward kernel (a warp per row, the bulk copy, the streaming kernel); in both modes
+    a bad target raises naming the least bad row's class index, and a valid call after it is unaffected."""
     cases = []
     for shape in [(5, 32000), (3000, 1000), (40, 16000), (7, 262144)]:
         for dtype in (torch.float32, torch.bfloat16):
@@ -242,15 +242,22 @@ for b in (bad, t):
 torch.save((out, errors), {str(tmp_path / "out.pt")!r})
 """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_CHECK_OVERLAP="1"),
-                       capture_output=True, text=True, timeout=300)  # (a hung poll must not hold the GPU call)
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_CHECK_OVERLAP="0"),
+                       capture_output=True, text=True, timeout=300)  # (a hung wait must not hold the GPU call)
     assert r.returncode == 0, r.stderr[-3000:]
     out, errors = torch.load(tmp_path / "out.pt")
     for (x, t, ref), got in zip(cases, out):
         for a, b in zip(got, ref):
             assert torch.equal(a, b), (tuple(x.shape), x.dtype)
+    x = torch.randn(3000, 1000, device="cuda")
+    t = torch.randint(0, 1000, (3000,), device="cuda")
+    bad = t.clone()
+    bad[1300], bad[2900], bad[2950] = 1300 + 1000, -5, 7000
     assert "class index 2300 outside" in errors[0], errors[0]
     assert errors[1] == "", errors[1]
+    with pytest.raises(RuntimeError, match="class index 2300 outside"):  # (the default mode, this process)
+        ops.cross_entropy(x, bad)
+    ops.cross_entropy(x, t)
 
 
 @pytest.mark.parametrize("device", DEVICES)
