@@ -151,11 +151,20 @@ def test_cuda_graph(dtype, shape):
     check_graph_replay(lambda x, r, w: ops.add_rms_norm(x, r, w), [x, r, w])
 
 
+def expression(x, r, weight=None, eps=1e-6):
+    """The issue's expression of the normalized output, rms_norm(x + r), in x's dtype."""
+    s = x + r
+    y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
+    return y * weight if weight is not None else y
+
+
 @non_finite_cases
 def test_non_finite_rows(device, dtype, shape):
-    """Rows holding inf or NaN come out NaN (and +-inf) where eager's do, forward and backward (of the normalized
-    output; the sum x + residual is plain addition)."""
+    """Rows holding inf or NaN come out NaN (and +-inf) where the issue's expression's do, forward and backward (of
+    the normalized output; the sum x + residual is plain addition). Not F.rms_norm: on CUDA its fused kernel (torch
+    2.11) makes every element of a row holding an inf NaN, where the expression's rsqrt(inf) = 0 leaves the finite
+    elements 0 (H100, session 33), as rms_norm's test and the CPU's F.rms_norm do."""
     x = non_finite_rows(shape, dtype, device)
     r = make_tensor(shape, dtype, device, seed=3)
     w = param(shape, dtype, device, True, 1)
-    check_non_finite(lambda *a: ops.add_rms_norm(*a)[0], lambda *a: eager(*a)[0], [x, r, w])
+    check_non_finite(lambda *a: ops.add_rms_norm(*a)[0], expression, [x, r, w])
