@@ -39,9 +39,9 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
     p.vec = aligned && (M == 1 || sM % vec == 0) ? vec : 1;
     // The fewest threads whose one pass of loads covers the row. A warp per row for every row up to 16k elements
     // (the former kernel, MYOPS_SUM_TPR=32) gave a few long tasks per warp: [16384, 4096] filled 1.94 waves of
-    // blocks that all ended together, the second 94% full. H100, clean flush, two rounds, % of copy, 32 -> 128
-    // threads a row: bf16 92.7 / 92.6 -> 94.7 / 94.5 (torch.compile 93.2-93.5), fp32 97.2 / 97.1 -> 100.5 / 100.5
-    // (torch.compile 101.5-101.7) (session 33).
+    // blocks that all ended together, the second 94% full. H100, clean flush, two rounds, % of copy, a warp a row ->
+    // this (bf16 128 threads a row, fp32 256): bf16 92.7 / 92.6 -> 94.7 / 94.5 (torch.compile 93.2-93.5), fp32
+    // 97.2 / 97.1 -> 100.5 / 100.5 (torch.compile 101.5-101.7) (session 33).
     int t = 5;
     while (t < 8 && ((int64_t)kRowLoads * p.vec << t) < K) ++t;
     static const int knob = env_knob("MYOPS_SUM_TPR", 0, [](int v) { return v == 0 || v == 32 || v == 64 ||
