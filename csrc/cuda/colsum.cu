@@ -67,8 +67,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) colsum_kernel(T* __restrict__ 
 // thread of colsum_kernel loads about R / wr values: its launch and index work, not its bytes, dominate.
 // H100, clean flush, two rounds, layer_norm forward+backward % of copy, V = 1 -> 4: bf16 N = 65536 83.8 / 84.0 ->
 // 84.6 / 85.0, N = 262144 84.4 / 84.4 -> 85.2 / 85.2, fp32 N = 65536 92.1 / 92.0 -> 93.3 / 92.4 (session 33).
-// -DMYOPS_COLSUM_VEC=1 builds colsum_kernel alone, for an A/B. The same sums in the same order as colsum_kernel's,
-// per column.
+// Only where the vector grid still gives every SM a CTA: short rows leave hundreds of rows of partial sums (wr = 32,
+// one column group a CTA), where V = 4 left N / 128 CTAs (32 at N = 4096) each loading 4x the bytes: rms_norm bf16
+// forward+backward at [16384, 4096] 96.4 / 96.6 -> 95.5 / 95.4, layer_norm 94.8 / 94.8 -> 94.1 / 94.1, fp32 0.2-0.4
+// points lower (H100, session 33; this condition itself not yet GPU-run). -DMYOPS_COLSUM_VEC=1 builds colsum_kernel
+// alone, for an A/B. The same sums in the same order as colsum_kernel's, per column.
 #ifndef MYOPS_COLSUM_VEC
 #define MYOPS_COLSUM_VEC 4
 #endif
@@ -138,8 +141,9 @@ extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t
     add_pdl(cfg, &attr);
     if constexpr (MYOPS_COLSUM_VEC > 1) {  // (16 bytes a lane: 4 fp32 or 2 fp64 columns, where N and ws allow)
       constexpr int V = (int)(16 / sizeof(A));
-      if (N % V == 0 && reinterpret_cast<uintptr_t>(ws) % 16 == 0) {
-        cfg.gridDim.x = (unsigned)ceil_div(N, (int64_t)32 * geo.cg * V);
+      const int64_t vec_ctas = ceil_div(N, (int64_t)32 * geo.cg * V);
+      if (N % V == 0 && reinterpret_cast<uintptr_t>(ws) % 16 == 0 && vec_ctas >= sm_count()) {
+        cfg.gridDim.x = (unsigned)vec_ctas;
         const cudaError_t e = cudaLaunchKernelEx(&cfg, colsum_vec_kernel<A, T, V>, static_cast<T*>(out0),
                                                  static_cast<T*>(out1), static_cast<const A*>(ws), R, N, geo.wr,
                                                  geo.cg);
