@@ -81,52 +81,64 @@ static inline void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, co
   }
 }
 
-/* Sums over a row buffer with 8 independent accumulators in a fixed order: a single running sum is a chain of
- * dependent adds (one per FP-add latency, and the compiler may not reorder it without -ffast-math); 8 chains run in
- * parallel and vectorize. fp64 either way, so the order changes nothing the rounding to the output can show. */
-#define MYOPS_SUM8(n, term)                                            \
-  do {                                                                 \
-    double acc_[8] = {0, 0, 0, 0, 0, 0, 0, 0};                         \
-    int64_t i = 0;                                                     \
-    for (; i + 8 <= (n); i += 8)                                       \
-      for (int j_ = 0; j_ < 8; ++j_) {                                 \
-        const int64_t k = i + j_;                                      \
-        acc_[j_] += (term);                                            \
-      }                                                                \
-    for (int64_t k = i; k < (n); ++k) acc_[k - i] += (term);           \
-    myops_sum8_result_ = ((acc_[0] + acc_[4]) + (acc_[2] + acc_[6])) + \
-                         ((acc_[1] + acc_[5]) + (acc_[3] + acc_[7]));  \
+/* Sums over a row buffer with MYOPS_SUM_LANES (16) independent fp64 accumulators in a fixed order. A single running
+ * sum is a chain of dependent adds (one per FP-add latency, and the compiler may not reorder it without
+ * -ffast-math); 8 accumulators (the former form) vectorize into one AVX-512 register, still one chain of vaddpd; 16
+ * make two such chains (four in AVX2), paced more by the adder's throughput than by its latency. The lanes are fixed
+ * by the C code, so every clone (vmath.h) adds in the same order. fp64 either way: the order moves a sum by fp64
+ * roundings, far below the output's. One thread, [1024, 1024], us, 8 -> 16 -> 32 lanes (the AVX-512 clone; the AVX2
+ * one built alone): fp32 softmax backward 167 -> 123 -> 130 (AVX2 183 -> 185 -> 194; eager 114-118), log_softmax
+ * backward 375 -> 340 -> 341 (639 -> 624 -> 655), layer_norm backward 920 -> 619 -> 583 (1221 -> 972 -> 1294); bf16
+ * softmax forward 516 -> 497 -> 466 (880 -> 880 -> 924). 32 lanes lost up to 20% in AVX2 and in the baseline (SSE2)
+ * clone, which at 16 runs 0-10% slower than at 8 (CPUs without AVX2 only). MYOPS_CFLAGS=-DMYOPS_SUM_LANES=N (a power
+ * of two) for an A/B; it moves the sums' bits. */
+#ifndef MYOPS_SUM_LANES
+#define MYOPS_SUM_LANES 16
+#endif
+#define MYOPS_ROW_SUM(n, term)                                 \
+  do {                                                         \
+    double acc_[MYOPS_SUM_LANES] = {0};                        \
+    int64_t i = 0;                                             \
+    for (; i + MYOPS_SUM_LANES <= (n); i += MYOPS_SUM_LANES)   \
+      for (int j_ = 0; j_ < MYOPS_SUM_LANES; ++j_) {           \
+        const int64_t k = i + j_;                              \
+        acc_[j_] += (term);                                    \
+      }                                                        \
+    for (int64_t k = i; k < (n); ++k) acc_[k - i] += (term);   \
+    for (int h_ = MYOPS_SUM_LANES / 2; h_ >= 1; h_ /= 2)       \
+      for (int j_ = 0; j_ < h_; ++j_) acc_[j_] += acc_[j_ + h_]; \
+    myops_sum_result_ = acc_[0];                               \
   } while (0)
 
 static inline double myops_sum(const double* v, int64_t n) {
-  double myops_sum8_result_;
-  MYOPS_SUM8(n, v[k]);
-  return myops_sum8_result_;
+  double myops_sum_result_;
+  MYOPS_ROW_SUM(n, v[k]);
+  return myops_sum_result_;
 }
 static inline double myops_sumf(const float* v, int64_t n) { /* an fp32 row summed in fp64 */
-  double myops_sum8_result_;
-  MYOPS_SUM8(n, (double)v[k]);
-  return myops_sum8_result_;
+  double myops_sum_result_;
+  MYOPS_ROW_SUM(n, (double)v[k]);
+  return myops_sum_result_;
 }
 static inline double myops_dotf(const float* a, const float* b, int64_t n) { /* products exact in fp64 */
-  double myops_sum8_result_;
-  MYOPS_SUM8(n, (double)a[k] * (double)b[k]);
-  return myops_sum8_result_;
+  double myops_sum_result_;
+  MYOPS_ROW_SUM(n, (double)a[k] * (double)b[k]);
+  return myops_sum_result_;
 }
 static inline double myops_sum_sq(const double* v, int64_t n) {
-  double myops_sum8_result_;
-  MYOPS_SUM8(n, v[k] * v[k]);
-  return myops_sum8_result_;
+  double myops_sum_result_;
+  MYOPS_ROW_SUM(n, v[k] * v[k]);
+  return myops_sum_result_;
 }
 static inline double myops_dot(const double* a, const double* b, int64_t n) {
-  double myops_sum8_result_;
-  MYOPS_SUM8(n, a[k] * b[k]);
-  return myops_sum8_result_;
+  double myops_sum_result_;
+  MYOPS_ROW_SUM(n, a[k] * b[k]);
+  return myops_sum_result_;
 }
 static inline double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
-  double myops_sum8_result_;
-  MYOPS_SUM8(n, (v[k] - mu) * (v[k] - mu));
-  return myops_sum8_result_;
+  double myops_sum_result_;
+  MYOPS_ROW_SUM(n, (v[k] - mu) * (v[k] - mu));
+  return myops_sum_result_;
 }
 
 /* Sums of fp32 terms at fp32 vector width: 32 running fp32 sums over blocks of 1024 elements (a fixed-order tree
@@ -151,7 +163,7 @@ static inline double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
         for (int j_ = 0; j_ < s_; ++j_) acc_[j_] += acc_[j_ + s_];                       \
       tot_ += (double)acc_[0];                                                           \
     }                                                                                    \
-    myops_sum8_result_ = tot_;                                                           \
+    myops_sum_result_ = tot_;                                                           \
   } while (0)
 
 /* sum of (v - c) and of (v - c)^2: with c near the row's values (its first element for the first, its mean for
@@ -159,9 +171,9 @@ static inline double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
  * the deviations, not to the row's offset from 0 (an fp32 sum of the values themselves lost the mean's accuracy for
  * rows far from 0). */
 static inline double myops_sum_devf_blocked(const float* v, int64_t n, float c) {
-  double myops_sum8_result_;
+  double myops_sum_result_;
   MYOPS_SUMF_BLOCKED(n, v[k] - c);
-  return myops_sum8_result_;
+  return myops_sum_result_;
 }
 /* Both sums of the deviations d = v - c in one pass, blocked as MYOPS_SUMF_BLOCKED: *s1 = sum(d), *s2 = sum(d^2).
  * (One helper for both passes, the squares skipped by a null s2, made layer_norm's bf16 forward about 2x slower on
@@ -212,14 +224,14 @@ static inline float myops_maxf(const float* v, int64_t n) { /* the same for fp32
   return m;
 }
 
-/* e[i] = exp(v[i] - m) (e may be v); returns their sum (eight running sums in a fixed order, so the result does not
+/* e[i] = exp(v[i] - m) (e may be v); returns their sum (32 running sums in a fixed order, so the result does not
  * depend on the vector width). Two passes over the row, which is in L1 or L2: fused into one loop, the sums kept
  * GCC from vectorizing the exp. */
 static inline double myops_exp_sum(double* e, const double* v, int64_t n, double m) {
   for (int64_t i = 0; i < n; ++i) e[i] = myops_exp(v[i] - m);
-  double myops_sum8_result_;
-  MYOPS_SUM8(n, e[k]);
-  return myops_sum8_result_;
+  double myops_sum_result_;
+  MYOPS_ROW_SUM(n, e[k]);
+  return myops_sum_result_;
 }
 
 /* A per-column parameter vector (weight, bias; contiguous) as fp64, or null when absent: loaded once per call
