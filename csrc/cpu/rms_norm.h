@@ -6,16 +6,56 @@
 
 #include "rows.h"
 
+/* Rows stored in fp32 or narrower, read as fp32 rows (unit-stride fp32 ones in place): s = x + r is the fp32 sum
+ * rounded to the dtype (for two floats the same as rounding their exact fp64 sum), its squares are summed in fp64,
+ * and y = s * (rs w) is formed in fp64 and rounded once to fp32 (then to the dtype): the fp64 path's values, in three
+ * passes over fp32 rows instead of seven over fp64 buffers. */
+static inline void myops_round_row_f32(int dtype, float* v, int64_t n) { /* to the dtype's values, kept as fp32 */
+  int64_t i;
+  if (dtype == MYOPS_BF16) for (i = 0; i < n; ++i) v[i] = myops_bf16_to_f32(myops_f32_to_bf16(v[i]));
+  else if (dtype == MYOPS_F16) for (i = 0; i < n; ++i) v[i] = myops_f16_to_f32(myops_f32_to_f16(v[i]));
+}
+MYOPS_CPU_HOT int myops_rms_forward_f32(const myops_out_operand* y, const myops_out_operand* s_out, void* rstd,
+                                        const myops_operand* x, const myops_operand* res, const double* wd, int64_t M,
+                                        int64_t N, double eps, int dtype, int64_t es, float* buf) {
+  float *xb = buf, *rb = buf + N, *sb = buf + 2 * N, *yb = buf + 3 * N;  /* [N] each */
+  for (int64_t r = 0; r < M; ++r) {
+    const float* v = myops_row_f32(x, r, N, dtype, es, xb);
+    if (res) {
+      const float* u = myops_row_f32(res, r, N, dtype, es, rb);
+      float* sv = myops_out_row_f32(s_out, r, dtype, es, sb);
+      for (int64_t i = 0; i < N; ++i) sv[i] = v[i] + u[i];
+      myops_round_row_f32(dtype, sv, N);
+      myops_put_row_f32(s_out, r, N, dtype, es, sv, sb);
+      v = sv;
+    }
+    double myops_sum_result_;
+    MYOPS_ROW_SUM(N, (double)v[k] * (double)v[k]);
+    const double rs = 1.0 / sqrt(myops_sum_result_ / (double)N + eps);
+    if (rstd) myops_st_stat(dtype, rstd, r, rs);
+    float* yv = myops_out_row_f32(y, r, dtype, es, yb);
+    if (wd) for (int64_t i = 0; i < N; ++i) yv[i] = (float)(v[i] * (rs * wd[i]));
+    else for (int64_t i = 0; i < N; ++i) yv[i] = (float)(v[i] * rs);
+    myops_put_row_f32(y, r, N, dtype, es, yv, yb);
+  }
+  return MYOPS_OK;
+}
+
 MYOPS_CPU_VEC static int myops_rms_forward_cpu(const myops_out_operand* y, const myops_out_operand* s_out, void* rstd,
                                  const myops_operand* x, const myops_operand* res, const void* w, int64_t M,
                                  int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   const int64_t n1 = N > 0 ? N : 1;
-  double* v = (double*)malloc((size_t)n1 * 3 * sizeof(double));
+  double* v = (double*)malloc((size_t)n1 * 3 * sizeof(double));  /* (fp32 rows: 4 of them in the first 2 n1) */
   if (v == NULL) return MYOPS_EARG;
   double *u = v + n1, *wd = v + 2 * n1;  /* the residual row; the weight as fp64 */
   myops_load_param(dtype, w, N, wd);
+  if (dtype != MYOPS_F64) {
+    const int rc = myops_rms_forward_f32(y, s_out, rstd, x, res, w ? wd : NULL, M, N, eps, dtype, es, (float*)v);
+    free(v);
+    return rc;
+  }
   for (int64_t r = 0; r < M; ++r) {
     myops_load_row(dtype, myops_row(x, r, es), x->col_stride, N, v);
     if (res) {

@@ -43,7 +43,7 @@ static inline void myops_add_round_row(int dtype, double* v, const double* u, in
 
 /* n elements p[0], p[cs], ... as fp64 into dst, and back (rounded to dtype through fp32 for half types): one
  * dtype switch per row instead of per element, and plain loops the compiler vectorizes. */
-static inline void myops_load_row(int dtype, const void* p, int64_t cs, int64_t n, double* dst) {
+MYOPS_CPU_HOT void myops_load_row(int dtype, const void* p, int64_t cs, int64_t n, double* dst) {
   int64_t i;
   switch (dtype) {
     case MYOPS_F32: { const float* s = (const float*)p; for (i = 0; i < n; ++i) dst[i] = s[i * cs]; break; }
@@ -62,7 +62,7 @@ static inline void myops_load_row(int dtype, const void* p, int64_t cs, int64_t 
   }
 }
 
-static inline void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, const double* src) {
+MYOPS_CPU_HOT void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, const double* src) {
   int64_t i;
   switch (dtype) {
     case MYOPS_F32: { float* d = (float*)p; for (i = 0; i < n; ++i) d[i * cs] = (float)src[i]; break; }
@@ -178,7 +178,7 @@ static inline double myops_sum_devf_blocked(const float* v, int64_t n, float c) 
 /* Both sums of the deviations d = v - c in one pass, blocked as MYOPS_SUMF_BLOCKED: *s1 = sum(d), *s2 = sum(d^2).
  * (One helper for both passes, the squares skipped by a null s2, made layer_norm's bf16 forward about 2x slower on
  * the 2-core Zen 4 VM, [4096, 4096]: 6.5-7.0 -> 12.6-13.9 ms, fp32 unchanged; hence two loops.) */
-static inline void myops_dev_moments_f(const float* v, int64_t n, float c, double* s1, double* s2) {
+MYOPS_CPU_HOT void myops_dev_moments_f(const float* v, int64_t n, float c, double* s1, double* s2) {
   double t1 = 0, t2 = 0;
   for (int64_t b = 0; b < n; b += 1024) {
     const int64_t e = b + 1024 < n ? b + 1024 : n;

@@ -32,6 +32,10 @@
 #else
 #define MYOPS_CPU_VEC
 #endif
+/* A helper that a MYOPS_CPU_VEC function calls: always inlined, so that each clone compiles it for its own ISA. GCC
+ * otherwise outlined some of them (whole, or a .part of them) once, for the baseline: layer_norm's fp32 moments and
+ * the fp64 row loads and stores ran at SSE2 width inside the AVX-512 clone. */
+#define MYOPS_CPU_HOT static inline __attribute__((always_inline))
 
 static inline double myops_exp(double x) {
   x = x < -746.0 ? -746.0 : x; /* below: exp(x) rounds to 0 */
