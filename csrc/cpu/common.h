@@ -6,15 +6,16 @@
 #include <stdint.h>
 #include <string.h>
 #include "../myops.h"
+#include "vmath.h" /* (MYOPS_CPU_HOT) */
 
-static inline float myops_bf16_to_f32(uint16_t h) {
+MYOPS_CPU_HOT float myops_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;
   memcpy(&f, &u, 4);
   return f;
 }
 
-static inline uint16_t myops_f32_to_bf16(float f) { /* round to nearest even; NaN stays a (quiet) NaN */
+MYOPS_CPU_HOT uint16_t myops_f32_to_bf16(float f) { /* round to nearest even; NaN stays a (quiet) NaN */
   uint32_t u;
   memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
@@ -22,7 +23,7 @@ static inline uint16_t myops_f32_to_bf16(float f) { /* round to nearest even; Na
   return (uint16_t)(u >> 16);
 }
 
-static inline float myops_f16_to_f32(uint16_t h) {
+MYOPS_CPU_HOT float myops_f16_to_f32(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
   uint32_t u;
@@ -42,7 +43,7 @@ static inline float myops_f16_to_f32(uint16_t h) {
   return f;
 }
 
-static inline uint16_t myops_f32_to_f16(float f) { /* round to nearest even, overflow to inf */
+MYOPS_CPU_HOT uint16_t myops_f32_to_f16(float f) { /* round to nearest even, overflow to inf */
   uint32_t u;
   memcpy(&u, &f, 4);
   const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -123,7 +124,7 @@ static inline void myops_f16c_store(uint16_t* d, int64_t n, const float* s) { (v
 #endif
 
 /* Element size in bytes of a dtype code, or 0 if unknown. */
-static inline int64_t myops_dtype_size(int dtype) {
+MYOPS_CPU_HOT int64_t myops_dtype_size(int dtype) {
   switch (dtype) {
     case MYOPS_F32: return 4;
     case MYOPS_F16: case MYOPS_BF16: return 2;
@@ -150,7 +151,7 @@ __attribute__((noinline, unused)) static void myops_store_f16(uint16_t* d, int64
 }
 
 /* Loads n elements p[0], p[cs], ... into fp32 (any dtype but fp64). */
-static inline void myops_load_f32(int dtype, const void* p, int64_t cs, int64_t n, float* dst) {
+MYOPS_CPU_HOT void myops_load_f32(int dtype, const void* p, int64_t cs, int64_t n, float* dst) {
   int64_t k;
   switch (dtype) {
     case MYOPS_F32: { const float* s = (const float*)p; for (k = 0; k < n; ++k) dst[k] = s[k * cs]; break; }
@@ -160,7 +161,7 @@ static inline void myops_load_f32(int dtype, const void* p, int64_t cs, int64_t 
   }
 }
 
-static inline void myops_store_f32(int dtype, void* p, int64_t cs, int64_t n, const float* src) {
+MYOPS_CPU_HOT void myops_store_f32(int dtype, void* p, int64_t cs, int64_t n, const float* src) {
   int64_t k;
   switch (dtype) {
     case MYOPS_F32: { float* d = (float*)p; for (k = 0; k < n; ++k) d[k * cs] = src[k]; break; }

@@ -10,7 +10,7 @@
  * rounded to the dtype (for two floats the same as rounding their exact fp64 sum), its squares are summed in fp64,
  * and y = s * (rs w) is formed in fp64 and rounded once to fp32 (then to the dtype): the fp64 path's values, in three
  * passes over fp32 rows instead of seven over fp64 buffers. */
-static inline void myops_round_row_f32(int dtype, float* v, int64_t n) { /* to the dtype's values, kept as fp32 */
+MYOPS_CPU_HOT void myops_round_row_f32(int dtype, float* v, int64_t n) { /* to the dtype's values, kept as fp32 */
   int64_t i;
   if (dtype == MYOPS_BF16) for (i = 0; i < n; ++i) v[i] = myops_bf16_to_f32(myops_f32_to_bf16(v[i]));
   else if (dtype == MYOPS_F16) for (i = 0; i < n; ++i) v[i] = myops_f16_to_f32(myops_f32_to_f16(v[i]));

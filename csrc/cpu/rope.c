@@ -13,13 +13,13 @@
 
 #define MYOPS_ROPE_CHUNK 256
 
-static inline void rope_load_f64(int dtype, const void* p, int64_t cs, int64_t n, double* dst) {
+MYOPS_CPU_HOT void rope_load_f64(int dtype, const void* p, int64_t cs, int64_t n, double* dst) {
   (void)dtype;
   const double* s = (const double*)p;
   for (int64_t k = 0; k < n; ++k) dst[k] = s[k * cs];
 }
 
-static inline void rope_store_f64(int dtype, void* p, int64_t cs, int64_t n, const double* src) {
+MYOPS_CPU_HOT void rope_store_f64(int dtype, void* p, int64_t cs, int64_t n, const double* src) {
   (void)dtype;
   double* d = (double*)p;
   for (int64_t k = 0; k < n; ++k) d[k * cs] = src[k];

@@ -10,7 +10,7 @@
 #include "common.h"
 #include "vmath.h"
 
-static inline double myops_ld(int dtype, const void* p, int64_t i) {
+MYOPS_CPU_HOT double myops_ld(int dtype, const void* p, int64_t i) {
   switch (dtype) {
     case MYOPS_F32: return ((const float*)p)[i];
     case MYOPS_F16: return myops_f16_to_f32(((const uint16_t*)p)[i]);
@@ -20,7 +20,7 @@ static inline double myops_ld(int dtype, const void* p, int64_t i) {
 }
 
 /* Stores v rounded to dtype (half types through fp32, as a GPU kernel computing in fp32 would). */
-static inline void myops_st(int dtype, void* p, int64_t i, double v) {
+MYOPS_CPU_HOT void myops_st(int dtype, void* p, int64_t i, double v) {
   switch (dtype) {
     case MYOPS_F32: ((float*)p)[i] = (float)v; break;
     case MYOPS_F16: ((uint16_t*)p)[i] = myops_f32_to_f16((float)v); break;
@@ -31,7 +31,7 @@ static inline void myops_st(int dtype, void* p, int64_t i, double v) {
 
 /* v[i] + u[i] rounded to dtype and back (the value an eager add in dtype would have stored), over a row: the dtype
  * switch once per row (one per element kept the loop from vectorizing: add_rms_norm's CPU forward at 0.43x eager). */
-static inline void myops_add_round_row(int dtype, double* v, const double* u, int64_t n) {
+MYOPS_CPU_HOT void myops_add_round_row(int dtype, double* v, const double* u, int64_t n) {
   int64_t i;
   switch (dtype) {
     case MYOPS_F32: for (i = 0; i < n; ++i) v[i] = (float)(v[i] + u[i]); break;
@@ -110,32 +110,32 @@ MYOPS_CPU_HOT void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, co
     myops_sum_result_ = acc_[0];                               \
   } while (0)
 
-static inline double myops_sum(const double* v, int64_t n) {
+MYOPS_CPU_HOT double myops_sum(const double* v, int64_t n) {
   double myops_sum_result_;
   MYOPS_ROW_SUM(n, v[k]);
   return myops_sum_result_;
 }
-static inline double myops_sumf(const float* v, int64_t n) { /* an fp32 row summed in fp64 */
+MYOPS_CPU_HOT double myops_sumf(const float* v, int64_t n) { /* an fp32 row summed in fp64 */
   double myops_sum_result_;
   MYOPS_ROW_SUM(n, (double)v[k]);
   return myops_sum_result_;
 }
-static inline double myops_dotf(const float* a, const float* b, int64_t n) { /* products exact in fp64 */
+MYOPS_CPU_HOT double myops_dotf(const float* a, const float* b, int64_t n) { /* products exact in fp64 */
   double myops_sum_result_;
   MYOPS_ROW_SUM(n, (double)a[k] * (double)b[k]);
   return myops_sum_result_;
 }
-static inline double myops_sum_sq(const double* v, int64_t n) {
+MYOPS_CPU_HOT double myops_sum_sq(const double* v, int64_t n) {
   double myops_sum_result_;
   MYOPS_ROW_SUM(n, v[k] * v[k]);
   return myops_sum_result_;
 }
-static inline double myops_dot(const double* a, const double* b, int64_t n) {
+MYOPS_CPU_HOT double myops_dot(const double* a, const double* b, int64_t n) {
   double myops_sum_result_;
   MYOPS_ROW_SUM(n, a[k] * b[k]);
   return myops_sum_result_;
 }
-static inline double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
+MYOPS_CPU_HOT double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
   double myops_sum_result_;
   MYOPS_ROW_SUM(n, (v[k] - mu) * (v[k] - mu));
   return myops_sum_result_;
@@ -170,7 +170,7 @@ static inline double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
  * the second) each fp32 term is small and x - c exact (Sterbenz), so that the blocks' fp32 rounding is relative to
  * the deviations, not to the row's offset from 0 (an fp32 sum of the values themselves lost the mean's accuracy for
  * rows far from 0). */
-static inline double myops_sum_devf_blocked(const float* v, int64_t n, float c) {
+MYOPS_CPU_HOT double myops_sum_devf_blocked(const float* v, int64_t n, float c) {
   double myops_sum_result_;
   MYOPS_SUMF_BLOCKED(n, v[k] - c);
   return myops_sum_result_;
@@ -210,14 +210,14 @@ MYOPS_CPU_HOT void myops_dev_moments_f(const float* v, int64_t n, float c, doubl
 
 /* max over v[0, n), NaN skipped (-inf for n = 0 or all NaN). The order does not matter for a maximum; the pragma
  * says so (-fopenmp-simd), where GCC would otherwise keep `v > m ? v : m` scalar for NaN's sake. */
-static inline double myops_max(const double* v, int64_t n) {
+MYOPS_CPU_HOT double myops_max(const double* v, int64_t n) {
   double m = -INFINITY;
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
   return m;
 }
 
-static inline float myops_maxf(const float* v, int64_t n) { /* the same for fp32 */
+MYOPS_CPU_HOT float myops_maxf(const float* v, int64_t n) { /* the same for fp32 */
   float m = -INFINITY;
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
@@ -227,7 +227,7 @@ static inline float myops_maxf(const float* v, int64_t n) { /* the same for fp32
 /* e[i] = exp(v[i] - m) (e may be v); returns their sum (32 running sums in a fixed order, so the result does not
  * depend on the vector width). Two passes over the row, which is in L1 or L2: fused into one loop, the sums kept
  * GCC from vectorizing the exp. */
-static inline double myops_exp_sum(double* e, const double* v, int64_t n, double m) {
+MYOPS_CPU_HOT double myops_exp_sum(double* e, const double* v, int64_t n, double m) {
   for (int64_t i = 0; i < n; ++i) e[i] = myops_exp(v[i] - m);
   double myops_sum_result_;
   MYOPS_ROW_SUM(n, e[k]);
@@ -236,15 +236,15 @@ static inline double myops_exp_sum(double* e, const double* v, int64_t n, double
 
 /* A per-column parameter vector (weight, bias; contiguous) as fp64, or null when absent: loaded once per call
  * instead of converted per element of every row. */
-static inline void myops_load_param(int dtype, const void* p, int64_t n, double* dst) {
+MYOPS_CPU_HOT void myops_load_param(int dtype, const void* p, int64_t n, double* dst) {
   if (p != NULL) myops_load_row(dtype, p, 1, n, dst);
 }
 
 /* Row r of an operand, as a byte pointer. */
-static inline const char* myops_row(const myops_operand* o, int64_t r, int64_t es) {
+MYOPS_CPU_HOT const char* myops_row(const myops_operand* o, int64_t r, int64_t es) {
   return (const char*)o->ptr + r * o->row_stride * es;
 }
-static inline char* myops_out_row(const myops_out_operand* o, int64_t r, int64_t es) {
+MYOPS_CPU_HOT char* myops_out_row(const myops_out_operand* o, int64_t r, int64_t es) {
   return (char*)o->ptr + r * o->row_stride * es;
 }
 
@@ -252,26 +252,26 @@ static inline char* myops_out_row(const myops_out_operand* o, int64_t r, int64_t
  * fifth of layer_norm's forward, `memmove` in perf), any other row goes through buf.
  *   myops_row_f32: row r of o, read (buf [n] receives the converted row when needed);
  *   myops_out_row_f32: where to write row r of o; myops_put_row_f32 then stores it if that was buf. */
-static inline const float* myops_row_f32(const myops_operand* o, int64_t r, int64_t n, int dtype, int64_t es,
+MYOPS_CPU_HOT const float* myops_row_f32(const myops_operand* o, int64_t r, int64_t n, int dtype, int64_t es,
                                          float* buf) {
   const char* p = myops_row(o, r, es);
   if (dtype == MYOPS_F32 && o->col_stride == 1) return (const float*)p;
   myops_load_f32(dtype, p, o->col_stride, n, buf);
   return buf;
 }
-static inline float* myops_out_row_f32(const myops_out_operand* o, int64_t r, int dtype, int64_t es, float* buf) {
+MYOPS_CPU_HOT float* myops_out_row_f32(const myops_out_operand* o, int64_t r, int dtype, int64_t es, float* buf) {
   return dtype == MYOPS_F32 && o->col_stride == 1 ? (float*)myops_out_row(o, r, es) : buf;
 }
-static inline void myops_put_row_f32(const myops_out_operand* o, int64_t r, int64_t n, int dtype, int64_t es,
+MYOPS_CPU_HOT void myops_put_row_f32(const myops_out_operand* o, int64_t r, int64_t n, int dtype, int64_t es,
                                      const float* dst, const float* buf) {
   if (dst == buf) myops_store_f32(dtype, myops_out_row(o, r, es), o->col_stride, n, buf);
 }
 
 /* Saved per-row statistics are fp32, or fp64 for fp64 tensors (like the CUDA kernels' acc_t). */
-static inline double myops_ld_stat(int dtype, const void* p, int64_t i) {
+MYOPS_CPU_HOT double myops_ld_stat(int dtype, const void* p, int64_t i) {
   return dtype == MYOPS_F64 ? ((const double*)p)[i] : ((const float*)p)[i];
 }
-static inline void myops_st_stat(int dtype, void* p, int64_t i, double v) {
+MYOPS_CPU_HOT void myops_st_stat(int dtype, void* p, int64_t i, double v) {
   if (dtype == MYOPS_F64) ((double*)p)[i] = v;
   else ((float*)p)[i] = (float)v;
 }

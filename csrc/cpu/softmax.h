@@ -9,7 +9,7 @@
  * below ran at half eager's speed), with the sum of exps in fp64. x - max is rounded to fp32 as in eager (exact
  * for 16-bit inputs); the output is within about 3 ulp of fp32, below the tests' floor of 4 at the scale of 1. */
 /* y may be v (in place); e is scratch. */
-static inline void softmax_row_forward_f32(const float* v, float* y, float* e, int64_t N, int is_log) {
+MYOPS_CPU_HOT void softmax_row_forward_f32(const float* v, float* y, float* e, int64_t N, int is_log) {
   const float m = myops_maxf(v, N);  /* NaN: skipped here, and exp(NaN - m) makes the sum NaN */
   for (int64_t i = 0; i < N; ++i) e[i] = myops_expf(v[i] - m);
   const double s = myops_sumf(e, N);
@@ -56,7 +56,7 @@ MYOPS_CPU_VEC static int softmax_rows_forward(const myops_out_operand* y, const 
 
 /* The backward of rows stored in fp32 or narrower, like the forward: elementwise in fp32, the row's sum in fp64.
  *   softmax: dx = y (g - sum(g y)),   log_softmax: dx = g - exp(y) sum(g). */
-static inline void softmax_row_backward_f32(const float* g, const float* v, float* dx, int64_t N, int is_log) {
+MYOPS_CPU_HOT void softmax_row_backward_f32(const float* g, const float* v, float* dx, int64_t N, int is_log) {
   if (is_log) {  /* (dx may be g: in place) */
     const float k = (float)myops_sumf(g, N);
     for (int64_t i = 0; i < N; ++i) dx[i] = g[i] - myops_expf(v[i]) * k;

@@ -12,7 +12,7 @@
 /* fp64 rows: MYOPS_SUM_LANES running sums, added in a fixed order at the end (one add chain would wait out the FP
  * add latency on every element). */
 #define MYOPS_SUM_LANES 16
-static inline double sum_lanes(const double* a) {
+MYOPS_CPU_HOT double sum_lanes(const double* a) {
   double h[8];
   for (int u = 0; u < 8; ++u) h[u] = a[u] + a[u + 8];
   return ((h[0] + h[4]) + (h[2] + h[6])) + ((h[1] + h[5]) + (h[3] + h[7]));
@@ -25,7 +25,7 @@ static inline double sum_lanes(const double* a) {
  * (a row's last, partial block adds up to 31 more terms in turn), and the blocks add up in fp64. 1 thread, [1024, 1024] fp32, 2-core EPYC VM, eager 45-46 us: fp64 lanes, 4 of them
  * 174 us, 16 64 us; this 1x. */
 typedef float sum_v8f __attribute__((vector_size(32)));
-static inline double sum_block(const float* v, int64_t n) {
+MYOPS_CPU_HOT double sum_block(const float* v, int64_t n) {
   sum_v8f acc[4] = {{0}, {0}, {0}, {0}};
   int64_t k = 0;
   for (; k + 32 <= n; k += 32)

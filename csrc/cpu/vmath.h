@@ -32,12 +32,14 @@
 #else
 #define MYOPS_CPU_VEC
 #endif
-/* A helper that a MYOPS_CPU_VEC function calls: always inlined, so that each clone compiles it for its own ISA. GCC
- * otherwise outlined some of them (whole, or a .part of them) once, for the baseline: layer_norm's fp32 moments and
- * the fp64 row loads and stores ran at SSE2 width inside the AVX-512 clone. */
+/* Every helper that a MYOPS_CPU_VEC function calls: always inlined, so that each clone compiles it for its own ISA.
+ * GCC otherwise outlined some of them (whole, or a .part of them) once, for the baseline, depending on what else was
+ * inlined around them: layer_norm's fp32 moments, the fp64 row loads and stores, and (when the row maximum grew)
+ * softmax's whole fp32 row forward ran at SSE2 width inside the AVX-512 clone, 3.5x slower. `nm` on a kernel object
+ * lists what stays out of line: only the f16 conversions, which pick F16C at run time (common.h). */
 #define MYOPS_CPU_HOT static inline __attribute__((always_inline))
 
-static inline double myops_exp(double x) {
+MYOPS_CPU_HOT double myops_exp(double x) {
   x = x < -746.0 ? -746.0 : x; /* below: exp(x) rounds to 0 */
   x = x > 710.0 ? 710.0 : x;   /* above: inf */
   const double shift = 0x1.8p52;
@@ -70,7 +72,7 @@ static inline double myops_exp(double x) {
   return p * s1 * s2;
 }
 
-static inline float myops_expf(float x) {
+MYOPS_CPU_HOT float myops_expf(float x) {
   x = x < -104.0f ? -104.0f : x;
   x = x > 89.0f ? 89.0f : x;
   const float shift = 0x1.8p23f;
@@ -99,8 +101,8 @@ static inline float myops_expf(float x) {
 /* exp and fmin for the elementwise bodies, which are written once over T (float or double). MYOPS_FMIN(a, b) is
  * fmin for b not NaN (a NaN gives b, as fmin does), written as x86's minps so that it vectorizes. */
 #define MYOPS_EXP(x) _Generic((x), float: myops_expf, default: myops_exp)(x)
-static inline float myops_fminf_(float a, float b) { return a < b ? a : b; }
-static inline double myops_fmin_(double a, double b) { return a < b ? a : b; }
+MYOPS_CPU_HOT float myops_fminf_(float a, float b) { return a < b ? a : b; }
+MYOPS_CPU_HOT double myops_fmin_(double a, double b) { return a < b ? a : b; }
 #define MYOPS_FMIN(a, b) _Generic((a), float: myops_fminf_, default: myops_fmin_)(a, b)
 
 #endif /* MYOPS_CPU_VMATH_H */
