@@ -8,6 +8,7 @@ so that no test rebuilds the C++ layer.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import stat
@@ -196,6 +197,36 @@ def test_cpu_clones_compute_the_same_bits(tree):
                 same = (a == c) | (a.isnan() & c.isnan())
                 assert bool(same.all()), f"{key} {what}: the {name} build differs from the default in " \
                                          f"{int((~same).sum())} elements"
+
+
+# Functions of the CPU sources: a static helper of theirs found out of line in the kernel library was compiled once,
+# for the baseline ISA, and every clone calls that copy.
+_CPU_FUNC = re.compile(r"^(?:MYOPS_CPU_HOT|static|MYOPS_CPU_VEC)[\w\s\*()]*?\b(\w+)\(", re.M)
+# Out of line on purpose: the f16 conversions, which pick F16C at run time (common.h).
+_CPU_OUT_OF_LINE = {"myops_load_f16", "myops_store_f16", "myops_f16c_load8", "myops_f16c_store8", "myops_f16c_load16",
+                    "myops_f16c_store16"}
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and os.uname().machine == "x86_64")
+                    or shutil.which("nm") is None, reason="GCC's target clones on x86-64 Linux, and nm")
+def test_cpu_helpers_compiled_into_every_clone():
+    """Every helper a cloned CPU kernel calls is inlined into each clone (MYOPS_CPU_HOT, vmath.h). GCC left some
+    `static inline` ones out of line, compiled once for SSE2 and called from the AVX-512 clone: softmax's row forward
+    ran 3.5x slower that way. No timing here: nm lists the library's local functions, and none of them may be one of
+    the CPU sources' helpers (the kernels' own clones, name.arch_x86_64_v4 / name.default, are the point)."""
+    path = jit.build_kernels(jit.Config())
+    syms = subprocess.run(["nm", path], capture_output=True, text=True, check=True).stdout.split()
+    local = {n for k, n in zip(syms[1::3], syms[2::3]) if k == "t"} if len(syms) % 3 == 0 else set()
+    if not any(".arch_x86_64_v4" in n for n in local):
+        pytest.skip("a build without target clones")
+    ours = set()
+    cpu = os.path.join(ROOT, "csrc", "cpu")
+    for f in os.listdir(cpu):
+        with open(os.path.join(cpu, f)) as fh:
+            ours |= set(_CPU_FUNC.findall(fh.read()))
+    outlined = sorted({n for n in local if ".arch_" not in n and ".resolver" not in n and not n.endswith(".default")
+                       and n.split(".")[0] in ours - _CPU_OUT_OF_LINE})
+    assert not outlined, f"compiled once, out of line, for the baseline ISA: {outlined} (make them MYOPS_CPU_HOT)"
 
 
 def _build_kernels_code() -> str:
