@@ -1,4 +1,5 @@
-/* rms_norm.h: rms_norm and add_rms_norm on the CPU (rows [M, N], fp64 math). See csrc/cuda/rms_norm.cuh for the
+/* rms_norm.h: rms_norm and add_rms_norm on the CPU (rows [M, N]; fp64 math for fp64 rows and the backward of rows
+ * under 32 elements, fp32 elementwise with fp64-added sums for the others). See csrc/cuda/rms_norm.cuh for the
  * formulas. res / ds_out are null for plain rms_norm; w null means no weight; ws [N] (fp64) receives this call's
  * rows' dw contributions (added to what it holds). */
 #ifndef MYOPS_CPU_RMS_NORM_H
@@ -73,6 +74,47 @@ MYOPS_CPU_VEC static int myops_rms_forward_cpu(const myops_out_operand* y, const
   return MYOPS_OK;
 }
 
+/* The backward of rows of at least MYOPS_RMS_BWD_F32_MIN_N (32) elements stored in fp32 or narrower, in fp32: rstd
+ * from the squares summed in fp32 blocks added in fp64, g w and dx in fp32, the row sum of g w s likewise, dw added
+ * in fp64. Shorter rows keep the fp64 form below. The tests' rule (2x eager's error plus a floor), 400-600 random
+ * calls per N of 1-17 rows (x scale 0.1-100, offset 0-1000, dy offset 0 or 100) with this form on every row: fp32
+ * broke it at N = 1 (rms_norm 8 and 4 of 600 for dx and dw, add_rms_norm 9, 9, 4) and N = 2 (rms_norm 1); from
+ * N = 4 to 4096 every error stayed under the floor, and every bf16 and fp16 one from N = 1. One thread,
+ * [1024, 1024], backward alone, fp64 -> fp32 form: fp32 511-576 -> 223-232 us, bf16 496-502 -> 332-335. */
+#ifndef MYOPS_RMS_BWD_F32_MIN_N
+#define MYOPS_RMS_BWD_F32_MIN_N 32
+#endif
+MYOPS_CPU_HOT int myops_rms_backward_f32(const myops_out_operand* dx, double* ws, const myops_operand* dy,
+                                         const myops_operand* s, const myops_operand* ds_out, const void* w,
+                                         int64_t M, int64_t N, double eps, int dtype, int64_t es) {
+  float* buf = (float*)malloc((size_t)N * 4 * sizeof(float));
+  if (buf == NULL) return MYOPS_EARG;
+  float *gb = buf, *sb = buf + N, *eb = buf + 2 * N, *wf = buf + 3 * N;  /* dy (then dx), s, ds_out rows; weight */
+  if (w) myops_load_f32(dtype, w, 1, N, wf);
+  for (int64_t r = 0; r < M; ++r) {
+    const float* gv = myops_row_f32(dy, r, N, dtype, es, gb);
+    const float* v = myops_row_f32(s, r, N, dtype, es, sb);
+    double myops_sum_result_;
+    MYOPS_SUMF_BLOCKED(N, v[k] * v[k]);
+    const double rsd = 1.0 / sqrt(myops_sum_result_ / (double)N + eps);
+    const float rs = (float)rsd;
+    if (ws) for (int64_t i = 0; i < N; ++i) ws[i] += (double)(gv[i] * v[i] * rs);
+    if (w) MYOPS_SUMF_BLOCKED(N, gv[k] * wf[k] * v[k]);
+    else MYOPS_SUMF_BLOCKED(N, gv[k] * v[k]);
+    const float kk = (float)(myops_sum_result_ / (double)N * rsd * rsd);
+    float* d = myops_out_row_f32(dx, r, dtype, es, gb);  /* (gb: in place of dy, element by element) */
+    if (w) for (int64_t i = 0; i < N; ++i) d[i] = rs * (gv[i] * wf[i] - v[i] * kk);
+    else for (int64_t i = 0; i < N; ++i) d[i] = rs * (gv[i] - v[i] * kk);
+    if (ds_out) {
+      const float* u = myops_row_f32(ds_out, r, N, dtype, es, eb);
+      for (int64_t i = 0; i < N; ++i) d[i] += u[i];
+    }
+    myops_put_row_f32(dx, r, N, dtype, es, d, gb);
+  }
+  free(buf);
+  return MYOPS_OK;
+}
+
 /* The backward pass recomputes rstd from s in fp64 instead of reading the forward's: that one is rounded to fp32,
  * and where the terms of ds cancel (N = 1: ds = g * rstd^3 * eps, computed as a difference of two terms of size
  * g * rstd) its rounding error, amplified by (mean(s^2) + eps) / eps, came out at up to 10x eager's error. */
@@ -81,6 +123,8 @@ MYOPS_CPU_VEC static int myops_rms_backward_cpu(const myops_out_operand* dx, dou
                                   int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  if (dtype != MYOPS_F64 && N >= MYOPS_RMS_BWD_F32_MIN_N)
+    return myops_rms_backward_f32(dx, ws, dy, s, ds_out, w, M, N, eps, dtype, es);
   const int64_t n1 = N > 0 ? N : 1;
   double* g = (double*)malloc((size_t)n1 * 4 * sizeof(double));
   if (g == NULL) return MYOPS_EARG;
