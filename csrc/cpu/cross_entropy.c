@@ -66,14 +66,13 @@ MYOPS_CPU_VEC int myops_cross_entropy_backward_cpu(myops_out_operand dx, myops_o
     } else {
       const double g = myops_ld_stat(dtype, grad, r * g_stride), m = myops_ld_stat(dtype, stats, 2 * r);
       const double ls = myops_ld_stat(dtype, stats, 2 * r + 1);
-      if (dtype != MYOPS_F64) { /* the row in fp32 (exp's argument formed in fp64, as below); unit-stride fp32 rows
-                                 * read and written in place */
+      if (dtype != MYOPS_F64) { /* the row in fp32; unit-stride fp32 rows read and written in place */
         float* f = (float*)v;
         const float* xv = myops_row_f32(&x, r, C, dtype, es, f);
         float* dv = myops_out_row_f32(&dx, r, dtype, es, f);
         const double xt = t >= 0 && t < C ? xv[t] : 0.0;
-        const float gf = (float)g, scf = (float)sc;
-        for (int64_t i = 0; i < C; ++i) dv[i] = gf * (myops_expf((float)(((double)xv[i] - m) - ls)) - scf);
+        const float gf = (float)g, scf = (float)sc, mf = (float)m, lsf = (float)ls;
+        for (int64_t i = 0; i < C; ++i) dv[i] = gf * (myops_expf((xv[i] - mf) - lsf) - scf);
         if (t >= 0 && t < C) dv[t] = (float)(g * (myops_exp((xt - m) - ls) - sc - (1.0 - smoothing)));
         myops_put_row_f32(&dx, r, C, dtype, es, dv, f);
         continue;
