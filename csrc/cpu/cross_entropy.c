@@ -1,6 +1,6 @@
 /* cross_entropy on the CPU, logits rows [M, C]: fp64 math for fp64 logits; for fp32 and narrower the row is held in
  * fp32 and its exps are fp32 (vmath.h), summed as they come in fp32 blocks of fp64 totals (rows.h,
- * MYOPS_SUMF_BLOCKED: the exps vectorize in that loop; one thread, [1024, 1024], forward fp32 402-405 -> 346-348 us,
+ * myops_exp_sumf: the exps vectorize in that loop; one thread, [1024, 1024], forward fp32 402-405 -> 346-348 us,
  * bf16 431-436 -> 381-386, eager 385-412; loss and gradient errors against float64 unchanged, 1.00x / 1.05x eager's),
  * the other sums and the loss fp64; formulas in csrc/cuda/cross_entropy.cu. loss [M]
  * and stats [M, 2] are fp32 (fp64 for fp64); an out-of-range target (validated by the caller unless it opted out) is
@@ -25,9 +25,7 @@ MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand
     if (dtype != MYOPS_F64) {
       const float* xv = myops_row_f32(&x, r, C, dtype, es, f);  /* (unit-stride fp32: in place) */
       const float mf = myops_maxf(xv, C);
-      double myops_sum_result_;  /* (the exps summed as they come, in fp32 blocks: softmax.h, log_softmax) */
-      MYOPS_SUMF_BLOCKED(C, myops_expf(xv[k] - mf));
-      m = mf, ls = log(myops_sum_result_), xt = C > 0 ? xv[tc] : 0.0;
+      m = mf, ls = log(myops_exp_sumf(xv, C, mf)), xt = C > 0 ? xv[tc] : 0.0;
       if (smoothing != 0.0) sx = myops_sumf(xv, C);
     } else {
       myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);

@@ -3,6 +3,30 @@
  * ws null, or [2][N] fp64 receiving this call's rows' dw and db contributions (added to what it holds). */
 #include "rows.h"
 
+/* A row's statistics from its fp32 values: corrected two-pass moments. A first estimate of the mean comes from the
+ * deviations from the row's first element, then the deviations d from that estimate c, whose sum corrects it
+ * (mean = c + sum(d) / N) and whose squares give the variance (sum(d^2) - sum(d)^2 / N, no cancellation to speak of
+ * with c near the mean). The mean is also kept as two floats (hi + lo): x - hi is exact for x near the mean
+ * (Sterbenz), so ((x - hi) - lo) keeps the fp64 mean's accuracy where hi alone put up to half an ulp of |mean| into
+ * every element. rsd = 1 / sqrt(var + eps) (a NaN variance passes). */
+typedef struct {
+  double mud, rsd;
+  float hi, lo;
+} LnStats;
+MYOPS_CPU_HOT LnStats ln_stats_f32(const float* xv, int64_t N, double eps) {
+  const float k = N > 0 ? xv[0] : 0.f;
+  const float c = (float)((double)k + myops_sum_devf_blocked(xv, N, k) / (double)N);
+  double s1, s2;
+  myops_dev_moments_f(xv, N, c, &s1, &s2);
+  LnStats st;
+  st.mud = (double)c + s1 / (double)N;
+  const double var = (s2 - s1 * s1 / (double)N) / (double)N;
+  st.hi = (float)st.mud;
+  st.lo = (float)(st.mud - (double)st.hi);
+  st.rsd = 1.0 / sqrt((var < 0 ? 0 : var) + eps);
+  return st;
+}
+
 /* Rows stored in fp32 or narrower: elementwise in fp32 (sixteen lanes a vector; the fp64 form took 1.5-1.6x eager's
  * time), the row's sums in fp32 blocks added in fp64 (rows.h). */
 MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
@@ -16,21 +40,10 @@ MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* r
   for (int64_t r = 0; r < M; ++r) {
     const float* xv = myops_row_f32(&x, r, N, dtype, es, v);
     float* yv = myops_out_row_f32(&y, r, dtype, es, v);
-    /* Corrected two-pass moments: a first estimate of the mean from the deviations from the row's first element,
-     * then the deviations d from that estimate c, whose sum corrects it (mean = c + sum(d) / N) and whose squares
-     * give the variance (sum(d^2) - sum(d)^2 / N, no cancellation to speak of with c near the mean). The mean is
-     * kept as two floats (hi + lo) for the output: x - hi is exact for x near the mean (Sterbenz), so x - mean
-     * keeps the fp64 mean's accuracy where hi alone put up to half an ulp of |mean| into every element. */
-    const float k = N > 0 ? xv[0] : 0.f;
-    const float c = (float)((double)k + myops_sum_devf_blocked(xv, N, k) / (double)N);
-    double s1, s2;
-    myops_dev_moments_f(xv, N, c, &s1, &s2);
-    const double mud = (double)c + s1 / (double)N, var = (s2 - s1 * s1 / (double)N) / (double)N;
-    const float hi = (float)mud, lo = (float)(mud - (double)hi);
-    const double rsd = 1.0 / sqrt((var < 0 ? 0 : var) + eps);  /* (NaN passes) */
-    const float rs = (float)rsd;
-    myops_st_stat(dtype, mean, r, mud);
-    myops_st_stat(dtype, rstd, r, rsd);
+    const LnStats st = ln_stats_f32(xv, N, eps);
+    const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
+    myops_st_stat(dtype, mean, r, st.mud);
+    myops_st_stat(dtype, rstd, r, st.rsd);
     if (w && b) for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs * wf[i] + bf[i];
     else if (w) for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs * wf[i];
     else if (b) for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs + bf[i];
@@ -69,7 +82,7 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
 }
 
 /* Rows of at least MYOPS_LN_BWD_F32_MIN_N (32) elements stored in fp32 or narrower: the backward elementwise in fp32,
- * its statistics as the forward's (the mean as hi + lo), its row sums in fp32 blocks added in fp64, dw and db added
+ * its statistics as the forward's (ln_stats_f32), its row sums in fp32 blocks added in fp64, dw and db added
  * in fp64. Shorter rows keep the fp64 form below. The tests' rule (2x eager's error plus a floor), 600-900 random
  * calls per N of 1-17 rows, x scale 0.1-100, offset 0-1000, dy offset 0 or 100, with this form on every row: fp32
  * broke it at N = 2 (1 of 900 calls; session 24 saw 81 of 3000 rows) and came within 1.96x at N = 4; from N = 8 to
@@ -87,13 +100,8 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
   for (int64_t r = 0; r < M; ++r) {
     const float* xv = myops_row_f32(&x, r, N, dtype, es, xb);
     const float* gv = myops_row_f32(&dy, r, N, dtype, es, gb);
-    const float k = xv[0];
-    const float c = (float)((double)k + myops_sum_devf_blocked(xv, N, k) / (double)N);
-    double s1, s2;
-    myops_dev_moments_f(xv, N, c, &s1, &s2);
-    const double mud = (double)c + s1 / (double)N, var = (s2 - s1 * s1 / (double)N) / (double)N;
-    const float hi = (float)mud, lo = (float)(mud - (double)hi);
-    const float rs = (float)(1.0 / sqrt((var < 0 ? 0 : var) + eps));
+    const LnStats st = ln_stats_f32(xv, N, eps);
+    const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
     for (int64_t i = 0; i < N; ++i) h[i] = ((xv[i] - hi) - lo) * rs;
     if (ws) {
       for (int64_t i = 0; i < N; ++i) ws[i] += (double)(gv[i] * h[i]);
@@ -129,7 +137,8 @@ MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws
                                                 int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
-  if (dtype != MYOPS_F64 && N >= MYOPS_LN_BWD_F32_MIN_N) return layer_norm_bwd_f32(dx, ws, dy, x, w, M, N, eps, dtype, es);
+  if (dtype != MYOPS_F64 && N >= MYOPS_LN_BWD_F32_MIN_N)
+    return layer_norm_bwd_f32(dx, ws, dy, x, w, M, N, eps, dtype, es);
   const int64_t n1 = N > 0 ? N : 1;
   double* g = (double*)malloc((size_t)n1 * 3 * sizeof(double));
   if (g == NULL) return MYOPS_EARG;

@@ -81,7 +81,7 @@ MYOPS_CPU_HOT void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, co
   }
 }
 
-/* Sums over a row buffer with MYOPS_SUM_LANES (16) independent fp64 accumulators in a fixed order. A single running
+/* Sums over a row buffer with MYOPS_ROW_SUM_LANES (16) independent fp64 accumulators in a fixed order. A single running
  * sum is a chain of dependent adds (one per FP-add latency, and the compiler may not reorder it without
  * -ffast-math); 8 accumulators (the former form) vectorize into one AVX-512 register, still one chain of vaddpd; 16
  * make two such chains (four in AVX2), paced more by the adder's throughput than by its latency. The lanes are fixed
@@ -90,22 +90,22 @@ MYOPS_CPU_HOT void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, co
  * one built alone): fp32 softmax backward 167 -> 123 -> 130 (AVX2 183 -> 185 -> 194; eager 114-118), log_softmax
  * backward 375 -> 340 -> 341 (639 -> 624 -> 655), layer_norm backward 920 -> 619 -> 583 (1221 -> 972 -> 1294); bf16
  * softmax forward 516 -> 497 -> 466 (880 -> 880 -> 924). 32 lanes lost up to 20% in AVX2 and in the baseline (SSE2)
- * clone, which at 16 runs 0-10% slower than at 8 (CPUs without AVX2 only). MYOPS_CFLAGS=-DMYOPS_SUM_LANES=N (a power
- * of two) for an A/B; it moves the sums' bits. */
-#ifndef MYOPS_SUM_LANES
-#define MYOPS_SUM_LANES 16
+ * clone, which at 16 runs 0-10% slower than at 8 (CPUs without AVX2 only). MYOPS_CFLAGS=-DMYOPS_ROW_SUM_LANES=N (a
+ * power of two) for an A/B; it moves the sums' bits. */
+#ifndef MYOPS_ROW_SUM_LANES
+#define MYOPS_ROW_SUM_LANES 16
 #endif
 #define MYOPS_ROW_SUM(n, term)                                 \
   do {                                                         \
-    double acc_[MYOPS_SUM_LANES] = {0};                        \
+    double acc_[MYOPS_ROW_SUM_LANES] = {0};                        \
     int64_t i = 0;                                             \
-    for (; i + MYOPS_SUM_LANES <= (n); i += MYOPS_SUM_LANES)   \
-      for (int j_ = 0; j_ < MYOPS_SUM_LANES; ++j_) {           \
+    for (; i + MYOPS_ROW_SUM_LANES <= (n); i += MYOPS_ROW_SUM_LANES)   \
+      for (int j_ = 0; j_ < MYOPS_ROW_SUM_LANES; ++j_) {           \
         const int64_t k = i + j_;                              \
         acc_[j_] += (term);                                    \
       }                                                        \
     for (int64_t k = i; k < (n); ++k) acc_[k - i] += (term);   \
-    for (int h_ = MYOPS_SUM_LANES / 2; h_ >= 1; h_ /= 2)       \
+    for (int h_ = MYOPS_ROW_SUM_LANES / 2; h_ >= 1; h_ /= 2)       \
       for (int j_ = 0; j_ < h_; ++j_) acc_[j_] += acc_[j_ + h_]; \
     myops_sum_result_ = acc_[0];                               \
   } while (0)
@@ -224,13 +224,22 @@ MYOPS_CPU_HOT float myops_maxf(const float* v, int64_t n) { /* the same for fp32
   return m;
 }
 
-/* e[i] = exp(v[i] - m) (e may be v); returns their sum (32 running sums in a fixed order, so the result does not
- * depend on the vector width). Two passes over the row, which is in L1 or L2: fused into one loop, the sums kept
- * GCC from vectorizing the exp. */
+/* e[i] = exp(v[i] - m) (e may be v); returns their sum (MYOPS_ROW_SUM's lanes in a fixed order, so the result does
+ * not depend on the vector width). Two passes over the row, which is in L1 or L2: fused into one loop, the fp64 sums
+ * kept GCC from vectorizing the exp. */
 MYOPS_CPU_HOT double myops_exp_sum(double* e, const double* v, int64_t n, double m) {
   for (int64_t i = 0; i < n; ++i) e[i] = myops_exp(v[i] - m);
   double myops_sum_result_;
   MYOPS_ROW_SUM(n, e[k]);
+  return myops_sum_result_;
+}
+
+/* The sum of exp(v[i] - m) over an fp32 row, the exps summed as they come in fp32 blocks (MYOPS_SUMF_BLOCKED, each
+ * block's total in fp64), which vectorizes, where fp64 sums in the same loop did not (myops_exp_sum): the log-sums
+ * of log_softmax and cross_entropy, whose outputs' rounding absorbs the blocks' (softmax.h). */
+MYOPS_CPU_HOT double myops_exp_sumf(const float* v, int64_t n, float m) {
+  double myops_sum_result_;
+  MYOPS_SUMF_BLOCKED(n, myops_expf(v[k] - m));
   return myops_sum_result_;
 }
 

@@ -17,7 +17,7 @@ MYOPS_CPU_HOT void softmax_row_forward_f32(const float* v, float* y, float* e, i
   const float m = myops_maxf(v, N);  /* NaN: skipped here, and exp(NaN - m) makes the sum NaN */
   double myops_sum_result_;
   if (is_log) {
-    MYOPS_SUMF_BLOCKED(N, myops_expf(v[k] - m));
+    myops_sum_result_ = myops_exp_sumf(v, N, m);
   } else if (narrow) {
     MYOPS_SUMF_BLOCKED(N, (e[k] = myops_expf(v[k] - m)));
   } else {

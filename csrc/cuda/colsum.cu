@@ -34,44 +34,17 @@ inline ColsumGeo colsum_geo(int64_t R) {
   return {wr, wr >= 8 ? 1 : 8 / wr};
 }
 
-template <class A, class T>
-__global__ void __launch_bounds__(kMaxWarps * 32) colsum_kernel(T* __restrict__ out0,       // [N]
-                                                                 T* __restrict__ out1,       // [N] or null (K = 1)
-                                                                 const A* __restrict__ ws,   // [K, R, N]
-                                                                 int64_t R, int64_t N, int wr, int cg) {
-  __shared__ double part[kMaxWarps][32];
-  pdl_wait();  // (a programmatic dependent of the backward kernel that writes ws: see below)
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % cg, rw = warp / cg;
-  const int64_t n = ((int64_t)blockIdx.x * cg + g) * 32 + lane;
-  const A* __restrict__ src = ws + (int64_t)blockIdx.y * R * N;
-  double s[4] = {0.0, 0.0, 0.0, 0.0};
-  if (n < N) {
-    int64_t r = rw;
-    for (; r + 3 * wr < R; r += 4 * wr) {
-#pragma unroll
-      for (int u = 0; u < 4; ++u) s[u] += src[(r + u * wr) * N + n];
-    }
-    for (; r < R; r += wr) s[0] += src[r * N + n];
-  }
-  part[warp][lane] = (s[0] + s[1]) + (s[2] + s[3]);
-  __syncthreads();
-  if (rw == 0 && n < N) {
-    double t = 0.0;
-    for (int j = 0; j < wr; ++j) t += part[j * cg + g][lane];
-    (blockIdx.y ? out1 : out0)[n] = from_acc<T>(static_cast<A>(t));
-  }
-}
-
-// V columns per lane (MYOPS_COLSUM_VEC): 16-byte loads of V fp32 (or V / 2 fp64) partial sums each, V times fewer
-// threads and CTAs for the same rows. Long rows leave a few rows of partial sums (R = 7 at [256, 262144]), so each
-// thread of colsum_kernel loads about R / wr values: its launch and index work, not its bytes, dominate.
+// V columns per lane: V = 1, or (MYOPS_COLSUM_VEC) 16-byte loads of V fp32 (or V / 2 fp64) partial sums each, V
+// times fewer threads and CTAs for the same rows. Long rows leave a few rows of partial sums (R = 7 at
+// [256, 262144]), so each thread at V = 1 loads about R / wr values: its launch and index work, not its bytes,
+// dominate.
 // H100, clean flush, two rounds, layer_norm forward+backward % of copy, V = 1 -> 4: bf16 N = 65536 83.8 / 84.0 ->
 // 84.6 / 85.0, N = 262144 84.4 / 84.4 -> 85.2 / 85.2, fp32 N = 65536 92.1 / 92.0 -> 93.3 / 92.4 (session 33).
 // Only where the vector grid still gives every SM a CTA: short rows leave hundreds of rows of partial sums (wr = 32,
 // one column group a CTA), where V = 4 left N / 128 CTAs (32 at N = 4096) each loading 4x the bytes: rms_norm bf16
 // forward+backward at [16384, 4096] 96.4 / 96.6 -> 95.5 / 95.4, layer_norm 94.8 / 94.8 -> 94.1 / 94.1, fp32 0.2-0.4
-// points lower (H100, session 33; this condition itself not yet GPU-run). -DMYOPS_COLSUM_VEC=1 builds colsum_kernel
-// alone, for an A/B. The same sums in the same order as colsum_kernel's, per column.
+// points lower (H100, session 33; this condition itself not yet GPU-run). -DMYOPS_COLSUM_VEC=1 builds V = 1
+// alone, for an A/B. Each column's sums are the same, in the same order, at every V.
 #ifndef MYOPS_COLSUM_VEC
 #define MYOPS_COLSUM_VEC 4
 #endif
@@ -79,12 +52,12 @@ template <class A, int V> struct ColVec {
   A v[V];
 };
 template <class A, class T, int V>
-__global__ void __launch_bounds__(kMaxWarps * 32) colsum_vec_kernel(T* __restrict__ out0,      // [N]
-                                                                     T* __restrict__ out1,      // [N] or null
-                                                                     const A* __restrict__ ws,  // [K, R, N]
-                                                                     int64_t R, int64_t N, int wr, int cg) {
+__global__ void __launch_bounds__(kMaxWarps * 32) colsum_kernel(T* __restrict__ out0,      // [N]
+                                                                 T* __restrict__ out1,      // [N] or null (K = 1)
+                                                                 const A* __restrict__ ws,  // [K, R, N]
+                                                                 int64_t R, int64_t N, int wr, int cg) {
   __shared__ double part[kMaxWarps][32 * V];
-  pdl_wait();
+  pdl_wait();  // (a programmatic dependent of the backward kernel that writes ws: see below)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp % cg, rw = warp / cg;
   const int64_t n = (((int64_t)blockIdx.x * cg + g) * 32 + lane) * V;  // (N % V == 0: whole vectors)
   const A* __restrict__ src = ws + (int64_t)blockIdx.y * R * N;
@@ -139,21 +112,19 @@ extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t
     cfg.blockDim = dim3(geo.wr * geo.cg * 32);
     cfg.stream = static_cast<cudaStream_t>(stream);
     add_pdl(cfg, &attr);
+    const auto launch = [&](auto kernel) -> int {
+      const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<T*>(out0), static_cast<T*>(out1),
+                                               static_cast<const A*>(ws), R, N, geo.wr, geo.cg);
+      return e != cudaSuccess ? (int)e : launch_status();
+    };
     if constexpr (MYOPS_COLSUM_VEC > 1) {  // (16 bytes a lane: 4 fp32 or 2 fp64 columns, where N and ws allow)
       constexpr int V = (int)(16 / sizeof(A));
       const int64_t vec_ctas = ceil_div(N, (int64_t)32 * geo.cg * V);
       if (N % V == 0 && reinterpret_cast<uintptr_t>(ws) % 16 == 0 && vec_ctas >= sm_count()) {
         cfg.gridDim.x = (unsigned)vec_ctas;
-        const cudaError_t e = cudaLaunchKernelEx(&cfg, colsum_vec_kernel<A, T, V>, static_cast<T*>(out0),
-                                                 static_cast<T*>(out1), static_cast<const A*>(ws), R, N, geo.wr,
-                                                 geo.cg);
-        if (e != cudaSuccess) return (int)e;
-        return launch_status();
+        return launch(colsum_kernel<A, T, V>);
       }
     }
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, colsum_kernel<A, T>, static_cast<T*>(out0), static_cast<T*>(out1),
-                                             static_cast<const A*>(ws), R, N, geo.wr, geo.cg);
-    if (e != cudaSuccess) return (int)e;
-    return launch_status();
+    return launch(colsum_kernel<A, T, 1>);
   });
 }
