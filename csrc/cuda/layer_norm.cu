@@ -639,15 +639,6 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 #ifndef MYOPS_LN_L2_NEXT
 #define MYOPS_LN_L2_NEXT 2
 #endif
-// MYOPS_LN_GW_REGS=1 (A/B, not yet GPU-run; default 0): fp32 rows keep g w in dy's registers once the first pass has
-// taken dy's dw and db sums (dy itself is not needed after them), so the second pass reads no weight: the fp32 long
-// backward reloads the whole weight from L2 on each pass (1 MB a row at N = 262144, each load on its slot's path),
-// the one difference from rms_norm's long backward, whose weight sits in shared memory beside its 64 KB of sums
-// (H100 forward+backward at [256, 262144] fp32: layer_norm 77.3% of copy, rms_norm 89.8-90.3, session 33). The same
-// bits: g w is rounded once either way (mul_rn).
-#ifndef MYOPS_LN_GW_REGS
-#define MYOPS_LN_GW_REGS 0
-#endif
 constexpr int kLongCta = 512;
 template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
@@ -675,9 +666,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   int64_t rn = rr::row_or_last(l.first(), M);
   A mu_n = mean[rn], rs_n = rstd[rn];
   rr::BwdRows<T, NS, PF, PF ? 0 : MYOPS_LN_L2_NEXT> rows(dy, dys, x, xs, rn, N, l.t, tpr, zero);
-  constexpr bool kGw = MYOPS_LN_GW_REGS && !PF && sizeof(T) == 4;  // g w replaces dy in its registers (fp32: exact)
-  rr::Regs<T, NS>& g = rows.g;
-  const rr::Regs<T, NS>& v = rows.v;
+  const rr::Regs<T, NS>&g = rows.g, &v = rows.v;
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rn = rr::row_or_last(r + l.step(), M);
     rows.begin(r, rn, N, l.t, tpr, zero);
@@ -689,7 +678,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
     for (int s = 0; s < NS; ++s) {
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
       if (c >= N) break;
-      A wv[VEC], acc[2][VEC], gws[VEC];  // acc: this slot's dw, db sums; gws: its g w (kGw)
+      A wv[VEC], acc[2][VEC];  // acc: this slot's dw, db sums
       if (hw) PF ? wsm.get(s, wv) : rr::load_param(w, c, wv);
       if (hws) dwb.load(s, acc);
 #pragma unroll
@@ -700,12 +689,10 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
           acc[1][e] += gv;
         }
         const A gw = hw ? mul_rn(gv, wv[e]) : gv;
-        gws[e] = gw;
         sg += gw;
         sgx += gw * xh;
       }
       if (hws) dwb.store(s, acc);
-      if (kGw && hw) g.set(s, gws);
     }
     const Pair<A> tot = red.generic(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});  // (always a cluster)
     rows.mid(rn, r + l.step() < M, N, l.t, tpr);
@@ -717,11 +704,10 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
       A gv[VEC], xv[VEC], wv[VEC];
       g.fresh(s, gv);
       v.fresh(s, xv);
-      const bool wmul = hw && !kGw;  // (kGw: gv already holds g w)
-      if (wmul) PF ? wsm.get(s, wv) : rr::load_param(w, c, wv);
+      if (hw) PF ? wsm.get(s, wv) : rr::load_param(w, c, wv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const A gw = wmul ? mul_rn(gv[e], wv[e]) : gv[e];
+        const A gw = hw ? mul_rn(gv[e], wv[e]) : gv[e];
         gv[e] = kFused<T> ? fmaf(rs, gw, fmaf(xv[e], -c2, c0)) : rs * (gw - mg - (xv[e] - mu) * rs * mgx);
       }
       rr::store(dx + r * dxs, c, gv);
