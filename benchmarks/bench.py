@@ -173,6 +173,7 @@ CASES = [
     Case("geglu", binary, ops.geglu, lambda g, u: F.gelu(g, approximate="tanh") * u, backward=True),
     Case("sum", unary, lambda x: ops.sum(x, -1), lambda x: x.sum(-1), variant="dim=-1"),
     Case("sum", unary, lambda x: ops.sum(x, 0), lambda x: x.sum(0), variant="dim=0"),
+    Case("sum", unary, lambda x: ops.sum(x), lambda x: x.sum(), variant="dim=None"),
     *row_cases("layer_norm", with_weight_bias, ops.layer_norm, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)),
     *row_cases("rms_norm", with_weight, ops.rms_norm, rms_norm_eager),
     # checked against float64: eager's bf16 gradient of s rounds the norm's part before adding grad_s (two roundings),

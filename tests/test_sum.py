@@ -42,7 +42,8 @@ def test_matches_reference(device, data, shape, dtype, layout, keepdim, seed):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape,dim", [((1 << 20,), None), ((3, 200_001), [1]), ((70_000, 5), [0]),
-                                       ((64, 3000, 2), [0, 2]), ((257, 129), [0])])
+                                       ((64, 3000, 2), [0, 2]), ((257, 129), [0]),
+                                       ((40_000, 40), [0]), ((33, 70_001), [1])])
 def test_long_reductions(device, dtype, shape, dim):
     """Reductions long enough to split across blocks on the GPU (and, for [0, 2], to need a copy)."""
     x = make_tensor(shape, dtype, device, seed=3)

@@ -8,7 +8,9 @@
 //         loop, and split over blocks above 16k elements); warp shuffles, plus one shared-memory step when a row
 //         spans warps. Several rows per 256-thread block when tpr < 256.
 //   cols: sK != 1 (e.g. bias gradients, reduce over leading dims): each lane owns VEC consecutive m (16-byte
-//         loads across the warp when sM == 1), the 8 warps of a block take interleaved k, shared memory combines.
+//         loads across the warp when sM == 1, four in flight), the 8 warps of a block take interleaved k, shared
+//         memory combines.
+// The splits' pass adds ws over many threads in a fixed order and is a programmatic dependent of the main kernel.
 #include "common.cuh"
 
 namespace {
@@ -34,7 +36,11 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
   const int vec = (int)(16 / elem);
   const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   p.rows = (sK == 1 || K <= 1);
-  const int64_t target = 4LL * sm_count();  // blocks that keep every SM busy
+  // Blocks that keep every SM busy when K is split. MYOPS_SUM_SPLIT_CTAS: CTAs per SM (A/B; default 4). H100, % of
+  // copy, sum() / sum(dim=0) bf16 at 3, 4, 5, 6: 87.5 / 86.3, 88.2 / 87.6, 85.5 / 75.0, 84.6 / 80.1; fp32 sum(dim=0)
+  // alone gains at 3 (96.9 against 95.4).
+  static const int per_sm = env_knob("MYOPS_SUM_SPLIT_CTAS", 4, [](int v) { return v >= 1 && v <= 32; });
+  const int64_t target = (int64_t)per_sm * sm_count();
   if (p.rows) {
     p.vec = aligned && (M == 1 || sM % vec == 0) ? vec : 1;
     // The fewest threads whose one pass of loads covers the row. A warp per row for every row up to 16k elements
@@ -75,6 +81,7 @@ __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,
   const int lane = threadIdx.x & (tpr - 1);
   const int64_t chunk = ceil_div(ceil_div(K, gridDim.y), VEC) * VEC;  // split boundaries stay vector-aligned
   const int64_t k_begin = (int64_t)blockIdx.y * chunk, k_end = std::min<int64_t>(K, k_begin + chunk);
+  if (gridDim.y > 1) pdl_trigger();  // (the splits' kernel, launched next, waits for this grid in pdl_wait)
   A acc[kRowLoads] = {A(0), A(0), A(0), A(0)};
   if (m < M) {
     const T* row = x + m * sM;
@@ -129,16 +136,17 @@ __global__ void __launch_bounds__(kThreads) sum_cols_kernel(T* __restrict__ out,
   const int64_t m0 = ((int64_t)blockIdx.x * 32 + threadIdx.x) * VEC;
   const int64_t chunk = ceil_div(K, gridDim.y);
   const int64_t k_begin = (int64_t)blockIdx.y * chunk, k_end = std::min<int64_t>(K, k_begin + chunk);
+  if (gridDim.y > 1) pdl_trigger();  // (as the row kernel's)
   A acc[2][VEC];
 #pragma unroll
   for (int e = 0; e < VEC; ++e) acc[0][e] = acc[1][e] = A(0);
   if (m0 + VEC <= M) {
     const T* col = x + m0 * sM;
     int64_t k = k_begin + threadIdx.y;
-    for (; k + 8 < k_end; k += 16) {  // two independent loads in flight per lane
-      Vec<T, VEC> v[2];
+    for (; k + 24 < k_end; k += 32) {  // four independent loads in flight per lane (64 bytes at VEC = 16 / sizeof(T))
+      Vec<T, VEC> v[4];
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
+      for (int u = 0; u < 4; ++u) {
         if (VEC > 1) {
           v[u] = *reinterpret_cast<const Vec<T, VEC>*>(col + (k + 8 * u) * sK);
         } else {
@@ -146,9 +154,9 @@ __global__ void __launch_bounds__(kThreads) sum_cols_kernel(T* __restrict__ out,
         }
       }
 #pragma unroll
-      for (int u = 0; u < 2; ++u)
+      for (int u = 0; u < 4; ++u)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) acc[u][e] += to_acc(v[u].v[e]);
+        for (int e = 0; e < VEC; ++e) acc[u & 1][e] += to_acc(v[u].v[e]);
     }
     for (; k < k_end; k += 8) {
 #pragma unroll
@@ -173,13 +181,57 @@ __global__ void __launch_bounds__(kThreads) sum_cols_kernel(T* __restrict__ out,
   }
 }
 
+// The splits' partial sums, added in a fixed order (the same bits every run), by many threads: one thread adding a
+// column of ws alone was a chain of dependent L2 loads after the main kernel, 528 of them for a full reduction.
+// Launched as a programmatic dependent of the main kernel (its launch overlaps that kernel's last CTAs). H100, clean
+// flush, % of copy at [16384, 4096], one thread a column of ws -> this (and the column kernel's four loads in flight):
+// sum() bf16 66.8 -> 88.2-88.5 (torch.compile 87.0), fp32 80.4 -> 94.1-95.4 (95.1); sum(dim=0) bf16 81.7 -> 87.3-87.6
+// (80.8), fp32 94.6 -> 95.4 (93.4); with MYOPS_PDL=0, sum(dim=0) bf16 83.7 (session 34).
+// Block (32, 8), M >= 32: lane -> m, warp w adds splits w, w + 8, ...; the 8 warps' sums meet in shared memory.
 template <class T>
-__global__ void sum_splits_kernel(T* __restrict__ out, const acc_t<T>* __restrict__ ws, int64_t M, int64_t splits) {
-  const int64_t m = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (m >= M) return;
-  acc_t<T> s = 0;
-  for (int64_t i = 0; i < splits; ++i) s += ws[i * M + m];
-  out[m] = from_acc<T>(s);
+__global__ void __launch_bounds__(kThreads) sum_splits_kernel(T* __restrict__ out,              // [M]
+                                                              const acc_t<T>* __restrict__ ws,  // [splits, M]
+                                                              int64_t M, int64_t splits) {
+  using A = acc_t<T>;
+  __shared__ A smem[8][33];
+  pdl_wait();
+  const int64_t m = (int64_t)blockIdx.x * 32 + threadIdx.x;
+  A s = A(0);
+  if (m < M)
+#pragma unroll 4
+    for (int64_t i = threadIdx.y; i < splits; i += 8) s += ws[i * M + m];
+  smem[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && m < M) {
+    A t = A(0);
+#pragma unroll
+    for (int w = 0; w < 8; ++w) t += smem[w][threadIdx.x];
+    out[m] = from_acc<T>(t);
+  }
+}
+
+// The same for M < 32 (a full reduction: M = 1): one block per m, its 256 threads add splits t, t + 256, ..., then
+// the warps' shuffles and the block's 8 warp sums in order.
+template <class T>
+__global__ void __launch_bounds__(kThreads) sum_splits_block_kernel(T* __restrict__ out,              // [M]
+                                                                    const acc_t<T>* __restrict__ ws,  // [splits, M]
+                                                                    int64_t M, int64_t splits) {
+  using A = acc_t<T>;
+  __shared__ A smem[kThreads / 32];
+  pdl_wait();
+  const int64_t m = blockIdx.x;
+  A s = A(0);
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < splits; i += kThreads) s += ws[i * M + m];
+  s = warp_sum(s);
+  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    A t = A(0);
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) t += smem[w];
+    out[m] = from_acc<T>(t);
+  }
 }
 
 template <class T>
@@ -197,12 +249,24 @@ int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, 
     if (p.vec > 1) sum_cols_kernel<T, VEC><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK);
     else sum_cols_kernel<T, 1><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK);
   }
-  if (p.splits > 1) {
-    const int rc = launch_status();
-    if (rc) return rc;
-    sum_splits_kernel<T><<<(unsigned)ceil_div(M, 256), 256, 0, stream>>>(out, ws, M, p.splits);
+  if (p.splits == 1) return launch_status();
+  const int rc = launch_status();
+  if (rc) return rc;
+  cudaLaunchAttribute attr;
+  cudaLaunchConfig_t cfg = {};
+  cfg.stream = stream;
+  add_pdl(cfg, &attr);
+  cudaError_t e;
+  if (M < 32) {
+    cfg.gridDim = dim3((unsigned)M);
+    cfg.blockDim = dim3(kThreads);
+    e = cudaLaunchKernelEx(&cfg, sum_splits_block_kernel<T>, out, (const acc_t<T>*)ws, M, p.splits);
+  } else {
+    cfg.gridDim = dim3((unsigned)ceil_div(M, 32));
+    cfg.blockDim = dim3(32, 8);
+    e = cudaLaunchKernelEx(&cfg, sum_splits_kernel<T>, out, (const acc_t<T>*)ws, M, p.splits);
   }
-  return launch_status();
+  return e != cudaSuccess ? (int)e : launch_status();
 }
 
 int64_t elem_size(int dtype) { return dtype == MYOPS_F64 ? 8 : dtype == MYOPS_F32 ? 4 : 2; }
