@@ -54,6 +54,17 @@ def test_long_reductions(device, dtype, shape, dim):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("cols", [37, 35])
+def test_long_column_sum_of_a_slice(device, dtype, cols):
+    """A column sum over many rows of a column slice (row stride 40, not a multiple of the columns): on the GPU its
+    last group of columns is partial (the column kernel's scalar path), in every split of the rows."""
+    x = make_tensor((40_000, 40), dtype, device, seed=5)[:, :cols]
+    x64 = x.double().cpu()
+    check_close(ops.sum(x, 0), x64.sum(0), dtype, scale=x64.abs().sum(0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck(device):
     x = make_tensor((3, 4, 5), torch.float64, device, "permuted").requires_grad_()
     for dim, keepdim in [(None, False), ([1], True), ([0, -1], False)]:

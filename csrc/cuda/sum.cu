@@ -11,6 +11,8 @@
 //         loads across the warp when sM == 1, four in flight), the 8 warps of a block take interleaved k, shared
 //         memory combines.
 // The splits' pass adds ws over many threads in a fixed order and is a programmatic dependent of the main kernel.
+#include <type_traits>
+
 #include "common.cuh"
 
 namespace {
@@ -36,9 +38,13 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
   const int vec = (int)(16 / elem);
   const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
   p.rows = (sK == 1 || K <= 1);
-  // Blocks that keep every SM busy when K is split. MYOPS_SUM_SPLIT_CTAS: CTAs per SM (A/B; default 4). H100, % of
-  // copy, sum() / sum(dim=0) bf16 at 3, 4, 5, 6: 87.5 / 86.3, 88.2 / 87.6, 85.5 / 75.0, 84.6 / 80.1; fp32 sum(dim=0)
-  // alone gains at 3 (96.9 against 95.4).
+  // Blocks that keep every SM busy when K is split, rounded down (splits = target / gx): a grid over them spills a
+  // second wave once the kernel holds only `per_sm` CTAs an SM. sum(dim=0) fp32 on the H100 ran 17 x 32 = 544 CTAs
+  // of a 62-register kernel, 4 an SM (528 resident): 95.6 -> 87.1% of copy against 48 registers (5 an SM).
+  // MYOPS_SUM_SPLIT_CTAS: CTAs per SM (A/B; default 4). H100, % of
+  // copy, sum() / sum(dim=0) bf16 at 3, 4, 5, 6 with splits rounded up (09bec95; at 5 and 6 the grids spilled past
+  // residency): 87.5 / 86.3, 88.2 / 87.6, 85.5 / 75.0, 84.6 / 80.1; rounded down, 3 -> 4 (one round): 90.4 / 89.6 ->
+  // 90.5-90.7 / 89.0, fp32 96.3 / 97.9 -> 96.4 / 97.5-97.6.
   static const int per_sm = env_knob("MYOPS_SUM_SPLIT_CTAS", 4, [](int v) { return v >= 1 && v <= 32; });
   const int64_t target = (int64_t)per_sm * sm_count();
   if (p.rows) {
@@ -56,38 +62,37 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
     if (K > kWarpRowMaxK) t = 8;
     p.tpr_log2 = t;
     p.gx = ceil_div(M, (int64_t)(kThreads >> t));
-    p.splits = K <= kWarpRowMaxK ? 1 : std::min<int64_t>(ceil_div(target, p.gx), ceil_div(K, kMinRowSplit));
+    p.splits = K <= kWarpRowMaxK ? 1 : std::min<int64_t>(target / p.gx, ceil_div(K, kMinRowSplit));
   } else {
     p.vec = aligned && sM == 1 && sK % vec == 0 ? vec : 1;
     p.tpr_log2 = 0;
     p.gx = ceil_div(M, 32LL * p.vec);
-    p.splits = std::min<int64_t>(ceil_div(target, p.gx), ceil_div(K, kMinColSplit));
+    p.splits = std::min<int64_t>(target / p.gx, ceil_div(K, kMinColSplit));
   }
   p.splits = std::max<int64_t>(1, std::min<int64_t>(p.splits, 65535));
   return p;
 }
 
 // Row kernel. Block (256): 256 >> tpr_log2 rows of 1 << tpr_log2 threads each (a long row's block is one split of
-// it). grid (gx, splits).
-template <class T, int VEC>
+// it). grid (gx, splits). IL: a split row's part is tiles blockIdx.y, blockIdx.y + splits, ... (interleaved, for
+// splits > 1 only), else one contiguous chunk (vector-aligned boundaries; unsplit rows: the whole row). IL is a template
+// argument because a run-time choice cost the unsplit kernel its loads in flight: nvcc issued each 16-byte load after
+// the previous one's adds (43 registers instead of 48), and sum(dim=-1) bf16 fell from 94 to 87% of copy on the H100.
+template <class T, int VEC, bool IL>
 __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,          // [M]
                                                             acc_t<T>* __restrict__ ws,    // [splits, M]
                                                             const T* __restrict__ x,      // [M, K], sK == 1
-                                                            int64_t M, int64_t K, int64_t sM, int tpr_log2,
-                                                            bool interleave) {
+                                                            int64_t M, int64_t K, int64_t sM, int tpr_log2) {
   using A = acc_t<T>;
   __shared__ A smem[kThreads / 32];
   const int tpr = 1 << tpr_log2;
   const int64_t m = (int64_t)blockIdx.x * (kThreads >> tpr_log2) + (threadIdx.x >> tpr_log2);
   const int lane = threadIdx.x & (tpr - 1);
   const int64_t step = (int64_t)tpr * VEC, tile = kRowLoads * step;  // one pass of the row's loads
-  // A split row's part: tiles blockIdx.y, blockIdx.y + splits, ... (interleave), else one contiguous chunk (vector-
-  // aligned boundaries). Unsplit rows: the whole row either way.
-  const bool il = interleave && gridDim.y > 1;
   const int64_t chunk = ceil_div(ceil_div(K, gridDim.y), VEC) * VEC;
-  const int64_t k_begin = (int64_t)blockIdx.y * (il ? tile : chunk);
-  const int64_t k_end = il ? K : std::min<int64_t>(K, k_begin + chunk);
-  const int64_t adv = il ? (int64_t)gridDim.y * tile : tile;
+  const int64_t k_begin = (int64_t)blockIdx.y * (IL ? tile : chunk);
+  const int64_t k_end = IL ? K : std::min<int64_t>(K, k_begin + chunk);
+  const int64_t adv = IL ? (int64_t)gridDim.y * tile : tile;
   if (gridDim.y > 1) pdl_trigger();  // (the splits' kernel, launched next, waits for this grid in pdl_wait)
   A acc[kRowLoads] = {A(0), A(0), A(0), A(0)};
   if (m < M) {
@@ -113,7 +118,7 @@ __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,
       if (k + u * step < kv_end)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) acc[u] += to_acc(v[u].v[e]);
-    if (lane == 0 && (!il || blockIdx.y == 0))  // the last elements, fewer than a vector
+    if (lane == 0 && (!IL || blockIdx.y == 0))  // the last elements, fewer than a vector
       for (int64_t kk = kv_end; kk < k_end; ++kk) acc[3] += to_acc(row[kk]);
   }
   A s = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));  // (a warp never spans two rows: tpr >= 32)
@@ -131,23 +136,21 @@ __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,
   }
 }
 
-// Column kernel. Block (32, 8): lane l owns m in [m0, m0 + VEC), warp w takes k = w, w + 8, ... of its split.
-template <class T, int VEC>
+// Column kernel. Block (32, 8): lane l owns m in [m0, m0 + VEC), warp w takes k = w, w + 8, ... of its split. IL: a
+// split's k is tiles of 32 (the block's 4 loads x 8 warps) blockIdx.y, blockIdx.y + splits, ..., else one contiguous
+// chunk (as the row kernel's).
+template <class T, int VEC, bool IL>
 __global__ void __launch_bounds__(kThreads) sum_cols_kernel(T* __restrict__ out,        // [M]
                                                             acc_t<T>* __restrict__ ws,  // [splits, M]
                                                             const T* __restrict__ x,    // [M, K] strided
-                                                            int64_t M, int64_t K, int64_t sM, int64_t sK,
-                                                            bool interleave) {
+                                                            int64_t M, int64_t K, int64_t sM, int64_t sK) {
   using A = acc_t<T>;
   __shared__ A smem[8][32 * VEC + 1];
   const int64_t m0 = ((int64_t)blockIdx.x * 32 + threadIdx.x) * VEC;
-  // A split's k: tiles of 32 (the block's 4 loads x 8 warps) blockIdx.y, blockIdx.y + splits, ... (interleave), else
-  // one contiguous chunk.
-  const bool il = interleave && gridDim.y > 1;
   const int64_t chunk = ceil_div(K, gridDim.y);
-  const int64_t k_begin = (int64_t)blockIdx.y * (il ? 32 : chunk);
-  const int64_t k_end = il ? K : std::min<int64_t>(K, k_begin + chunk);
-  const int64_t adv = il ? (int64_t)gridDim.y * 32 : 32;
+  const int64_t k_begin = (int64_t)blockIdx.y * (IL ? 32 : chunk);
+  const int64_t k_end = IL ? K : std::min<int64_t>(K, k_begin + chunk);
+  const int64_t adv = IL ? (int64_t)gridDim.y * 32 : 32;
   if (gridDim.y > 1) pdl_trigger();  // (as the row kernel's)
   A acc[2][VEC];
 #pragma unroll
@@ -175,9 +178,13 @@ __global__ void __launch_bounds__(kThreads) sum_cols_kernel(T* __restrict__ out,
       for (int e = 0; e < VEC; ++e) acc[0][e] += to_acc(col[k * sK + e * sM]);
     }
   } else if (m0 < M) {  // the last, partial group of columns
-    for (int64_t t = k_begin; t < k_end; t += adv)
-      for (int64_t k = t + threadIdx.y; k < std::min<int64_t>(k_end, t + 32); k += 8)
-        for (int e = 0; e < VEC && m0 + e < M; ++e) acc[0][e] += to_acc(x[(m0 + e) * sM + k * sK]);
+    const auto add_row = [&](int64_t k) {
+      for (int e = 0; e < VEC && m0 + e < M; ++e) acc[0][e] += to_acc(x[(m0 + e) * sM + k * sK]);
+    };
+    int64_t k = k_begin + threadIdx.y;  // the main path's walk over k, one row at a time
+    for (; k + 24 < k_end; k += adv)
+      for (int u = 0; u < 4; ++u) add_row(k + 8 * u);
+    for (; k < k_end; k += 8) add_row(k);
   }
 #pragma unroll
   for (int e = 0; e < VEC; ++e) smem[threadIdx.y][threadIdx.x * VEC + e] = acc[0][e] + acc[1][e];
@@ -256,19 +263,23 @@ int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, 
   auto* ws = static_cast<acc_t<T>*>(workspace);
   const dim3 grid((unsigned)p.gx, (unsigned)p.splits);
   // MYOPS_SUM_INTERLEAVE: 1 (default) a split's CTAs take interleaved tiles of the reduced dim, so that the grid reads
-  // one sweeping window of memory; 0 each CTA one contiguous chunk (A/B). H100, clean flush, two rounds, % of copy,
-  // 0 -> 1: sum(dim=0) bf16 86.2 / 86.9 -> 89.2 / 88.8, fp32 86.3 / 86.4 -> 87.0 / 86.9; sum() bf16 83.7 / 84.0 ->
-  // 85.6 / 85.0, fp32 94.2 / 94.2 -> 96.5 / 96.3 (session 34; an H100 that ran sum(dim=-1) bf16 at 87 where another
-  // ran it at 94, so compare only within one call).
+  // one sweeping window of memory; 0 each CTA one contiguous chunk (A/B). H100, clean flush, % of copy, two rounds
+  // against 09bec95 (contiguous chunks), then the knob at 0: sum(dim=0) bf16 87.3 / 87.2 -> 89.0 / 89.0 (0: 87.0),
+  // fp32 95.8 / 95.7 -> 97.5 / 97.6 (0: 97.3; the rounded-down splits above); sum() bf16 88.3 / 88.2 -> 90.5 / 90.7
+  // (0: 88.2), fp32 94.3 / 94.1 -> 96.4 / 96.4 (0: 94.0) (session 34).
   static const int knob_il = env_knob("MYOPS_SUM_INTERLEAVE", 1, [](int v) { return v == 0 || v == 1; });
-  const bool il = knob_il == 1;
-  if (p.rows) {
-    if (p.vec > 1) sum_rows_kernel<T, VEC><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2, il);
-    else sum_rows_kernel<T, 1><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2, il);
-  } else {
-    if (p.vec > 1) sum_cols_kernel<T, VEC><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK, il);
-    else sum_cols_kernel<T, 1><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK, il);
-  }
+  const auto launch = [&](auto il) {
+    constexpr bool IL = decltype(il)::value;
+    if (p.rows) {
+      if (p.vec > 1) sum_rows_kernel<T, VEC, IL><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2);
+      else sum_rows_kernel<T, 1, IL><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2);
+    } else {
+      if (p.vec > 1) sum_cols_kernel<T, VEC, IL><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK);
+      else sum_cols_kernel<T, 1, IL><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK);
+    }
+  };
+  if (knob_il == 1 && p.splits > 1) launch(std::true_type{});
+  else launch(std::false_type{});
   if (p.splits == 1) return launch_status();
   const int rc = launch_status();
   if (rc) return rc;
