@@ -60,6 +60,7 @@ def main():
             ("cross_entropy fwd eager", lambda: F.cross_entropy(lg, tg), nl),
             # plain reads of the logits: what a read-only pass over them reaches (cross_entropy's forward is one)
             ("read logits: sum()", lambda: ops.sum(lg), nl),
+            ("read logits: sum(dim=-1)", lambda: ops.sum(lg, -1), nl),  # row by row, as cross_entropy reads them
             ("read logits: eager sum()", lambda: lg.sum(), nl),
         ]:
             row(f"{case} {name}", fn, nbytes)
