@@ -10,7 +10,9 @@
 //   cols: sK != 1 (e.g. bias gradients, reduce over leading dims): each lane owns VEC consecutive m (16-byte
 //         loads across the warp when sM == 1, four in flight), the 8 warps of a block take interleaved k, shared
 //         memory combines.
-// The splits' pass adds ws over many threads in a fixed order and is a programmatic dependent of the main kernel.
+// A split's CTAs take interleaved tiles of K (CTA y: tiles y, y + splits, ...), so that the grid reads one sweeping
+// window of memory, and split grids hold at most MYOPS_SUM_SPLIT_CTAS (4) CTAs an SM, one wave. The splits' pass adds
+// ws over many threads in a fixed order and is a programmatic dependent of the main kernel.
 #include <type_traits>
 
 #include "common.cuh"
