@@ -64,6 +64,22 @@ def test_long_column_sum_of_a_slice(device, dtype, cols):
     check_close(ops.sum(x, 0), x64.sum(0), dtype, scale=x64.abs().sum(0))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("shape,dim", [((1 << 20,), None), ((3, 200_001), [1]), ((300_000, 7), [0])])
+def test_cpu_split_sums_do_not_depend_on_threads(dtype, shape, dim):
+    """The CPU splits a long reduction of few outputs into parts by shape alone: the same bits on 1 or 2 threads."""
+    x = make_tensor(shape, dtype, "cpu", seed=6)
+    n = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = ops.sum(x, dim)
+        torch.set_num_threads(2)
+        two = ops.sum(x, dim)
+    finally:
+        torch.set_num_threads(n)
+    assert torch.equal(one, two)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck(device):
     x = make_tensor((3, 4, 5), torch.float64, device, "permuted").requires_grad_()
