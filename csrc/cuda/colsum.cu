@@ -105,23 +105,17 @@ extern "C" int myops_colsum_cuda(void* out0, void* out1, const void* ws, int64_t
   return dispatch_dtype(dtype, [&](auto tag) -> int {
     using T = decltype(tag);
     using A = acc_t<T>;
-    cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = {};
     const ColsumGeo geo = colsum_geo(R);
-    cfg.gridDim = dim3((unsigned)ceil_div(N, (int64_t)32 * geo.cg), out1 ? 2 : 1);
-    cfg.blockDim = dim3(geo.wr * geo.cg * 32);
-    cfg.stream = static_cast<cudaStream_t>(stream);
-    add_pdl(cfg, &attr);
+    dim3 grid((unsigned)ceil_div(N, (int64_t)32 * geo.cg), out1 ? 2 : 1);
     const auto launch = [&](auto kernel) -> int {
-      const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<T*>(out0), static_cast<T*>(out1),
-                                               static_cast<const A*>(ws), R, N, geo.wr, geo.cg);
-      return e != cudaSuccess ? (int)e : launch_status();
+      return launch_pdl(kernel, grid, dim3(geo.wr * geo.cg * 32), static_cast<cudaStream_t>(stream),
+                        static_cast<T*>(out0), static_cast<T*>(out1), static_cast<const A*>(ws), R, N, geo.wr, geo.cg);
     };
     if constexpr (MYOPS_COLSUM_VEC > 1) {  // (16 bytes a lane: 4 fp32 or 2 fp64 columns, where N and ws allow)
       constexpr int V = (int)(16 / sizeof(A));
       const int64_t vec_ctas = ceil_div(N, (int64_t)32 * geo.cg * V);
       if (N % V == 0 && reinterpret_cast<uintptr_t>(ws) % 16 == 0 && vec_ctas >= sm_count()) {
-        cfg.gridDim.x = (unsigned)vec_ctas;
+        grid.x = (unsigned)vec_ctas;
         return launch(colsum_kernel<A, T, V>);
       }
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <utility>
 #include "../myops.h"
 
 namespace myops {
@@ -98,6 +99,21 @@ inline void add_pdl(cudaLaunchConfig_t& cfg, cudaLaunchAttribute* attrs) {
   attrs[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attrs;
   cfg.numAttrs += 1;
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent of the kernel before it on the stream where
+// pdl_on(), plainly otherwise: for kernels whose first access to global memory follows pdl_wait(). A launch error or
+// an earlier sticky one is returned (launch_status).
+template <class... KArgs, class... Args>
+int launch_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = stream;
+  add_pdl(cfg, &attr);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  return e != cudaSuccess ? (int)e : launch_status();
 }
 
 // Multiprocessors of the current device (the caller's device guard selects it); cached per device.

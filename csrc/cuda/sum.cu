@@ -77,9 +77,10 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
 
 // Row kernel. Block (256): 256 >> tpr_log2 rows of 1 << tpr_log2 threads each (a long row's block is one split of
 // it). grid (gx, splits). IL: a split row's part is tiles blockIdx.y, blockIdx.y + splits, ... (interleaved, for
-// splits > 1 only), else one contiguous chunk (vector-aligned boundaries; unsplit rows: the whole row). IL is a template
-// argument because a run-time choice cost the unsplit kernel its loads in flight: nvcc issued each 16-byte load after
-// the previous one's adds (43 registers instead of 48), and sum(dim=-1) bf16 fell from 94 to 87% of copy on the H100.
+// splits > 1 only), else one contiguous chunk (vector-aligned boundaries; unsplit rows: the whole row). IL is a
+// template argument because a run-time choice cost the unsplit kernel its loads in flight: nvcc issued each 16-byte
+// load after the previous one's adds (43 registers instead of 48), and sum(dim=-1) bf16 fell from 94 to 87% of copy on
+// the H100.
 template <class T, int VEC, bool IL>
 __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,          // [M]
                                                             acc_t<T>* __restrict__ ws,    // [splits, M]
@@ -285,21 +286,9 @@ int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, 
   if (p.splits == 1) return launch_status();
   const int rc = launch_status();
   if (rc) return rc;
-  cudaLaunchAttribute attr;
-  cudaLaunchConfig_t cfg = {};
-  cfg.stream = stream;
-  add_pdl(cfg, &attr);
-  cudaError_t e;
-  if (M < 32) {
-    cfg.gridDim = dim3((unsigned)M);
-    cfg.blockDim = dim3(kThreads);
-    e = cudaLaunchKernelEx(&cfg, sum_splits_block_kernel<T>, out, (const acc_t<T>*)ws, M, p.splits);
-  } else {
-    cfg.gridDim = dim3((unsigned)ceil_div(M, 32));
-    cfg.blockDim = dim3(32, 8);
-    e = cudaLaunchKernelEx(&cfg, sum_splits_kernel<T>, out, (const acc_t<T>*)ws, M, p.splits);
-  }
-  return e != cudaSuccess ? (int)e : launch_status();
+  if (M < 32)
+    return launch_pdl(sum_splits_block_kernel<T>, dim3((unsigned)M), dim3(kThreads), stream, out, ws, M, p.splits);
+  return launch_pdl(sum_splits_kernel<T>, dim3((unsigned)ceil_div(M, 32)), dim3(32, 8), stream, out, ws, M, p.splits);
 }
 
 int64_t elem_size(int dtype) { return dtype == MYOPS_F64 ? 8 : dtype == MYOPS_F32 ? 4 : 2; }
