@@ -167,7 +167,7 @@ def test_fast_path_shapes(device, dtype):
                                                ((1, 70, 33, 128), True), ((3, 5, 8192), False),
                                                ((2, 3, 4, 12288), True), ((5000, 3, 66), False)])
 def test_cuda_grids(dtype, shape, heads_first):
-    """Sizes for both CUDA kernels (the flat kernel by default, the register kernel in test_register_kernel): many
+    """Sizes for both CUDA kernels (the flat kernel by default, the register kernel in test_kernel_variants): many
     heads (the register kernel's teams split a position's heads, G between 1 and H, a partial last round), long rows
     (D = 8192, 12288: a thread's vector loop), heads first with an odd head count, and a scalar-path D with many
     positions (the register kernel under both)."""
@@ -182,12 +182,17 @@ def test_cuda_grids(dtype, shape, heads_first):
 
 
 @pytest.mark.cuda
-def test_register_kernel():
-    """The CUDA tests above with the register kernel on every layout (MYOPS_ROPE_FLAT=0, read once per process: run
-    in a subprocess; by default the flat kernel takes every 16-byte layout)."""
+@pytest.mark.parametrize("env", [{"MYOPS_ROPE_FLAT": "0"}, {"MYOPS_ROPE_HEADS": "1"}, {"MYOPS_ROPE_HEADS": "2"}],
+                         ids=["register", "heads1", "heads2"])
+def test_kernel_variants(env):
+    """The CUDA tests above under each kernel variant (knobs read once per process: run in a subprocess):
+    MYOPS_ROPE_FLAT=0, the register kernel on every layout (by default the flat kernel takes every 16-byte layout);
+    MYOPS_ROPE_HEADS=1 / 2, the flat kernel's heads per thread on every layout with an even head count (by default 2
+    only for fp32 with the heads inner on an H200-class device, so one of the two is otherwise untested on any one
+    machine)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-q", "-p", "no:cacheprovider",
-                        "-k", "fast_path_shapes or cuda_grids"], cwd=root, env=dict(os.environ, MYOPS_ROPE_FLAT="0"),
+                        "-k", "fast_path_shapes or cuda_grids"], cwd=root, env=dict(os.environ, **env),
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert " passed" in r.stdout and "skipped" not in r.stdout.splitlines()[-1], r.stdout[-2000:]

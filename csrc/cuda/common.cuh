@@ -129,6 +129,25 @@ inline int sm_count() {
   return count[dev];
 }
 
+// Peak DRAM bandwidth per SM of the current device, GB/s (from its memory clock and bus width; cached per device),
+// or 0 if unknown. Tells an H200 (37) from an H100 (25) where a policy measured them apart.
+inline double dram_gbs_per_sm() {
+  static double per_sm[64] = {0};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0.0;
+  if (per_sm[dev] == 0.0) {
+    int khz = 0, bits = 0;
+    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      per_sm[dev] = -1.0;
+    } else {
+      per_sm[dev] = 2.0 * khz * 1e3 * (bits / 8) / 1e9 / sm_count();  // (double data rate)
+    }
+  }
+  return per_sm[dev] > 0.0 ? per_sm[dev] : 0.0;
+}
+
 // 16-byte vector of VEC elements: one LDG.128 / STG.128 per thread and operand.
 template <class T, int VEC> struct alignas(sizeof(T) * VEC) Vec { T v[VEC]; };
 

@@ -362,25 +362,6 @@ inline bool ce_bulk(int64_t C, int es) {
   return mode != 0 && bytes <= kBulkMaxBytes && (mode == 2 || bytes >= kBulkMinBytes);
 }
 
-// Peak DRAM bandwidth per SM of the current device, GB/s (from its memory clock and bus width; cached per device),
-// or 0 if unknown.
-inline double dram_gbs_per_sm() {
-  static double per_sm[64] = {0};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0.0;
-  if (per_sm[dev] == 0.0) {
-    int khz = 0, bits = 0;
-    if (cudaDeviceGetAttribute(&khz, cudaDevAttrMemoryClockRate, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&bits, cudaDevAttrGlobalMemoryBusWidth, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      per_sm[dev] = -1.0;
-    } else {
-      per_sm[dev] = 2.0 * khz * 1e3 * (bits / 8) / 1e9 / sm_count();  // (double data rate)
-    }
-  }
-  return per_sm[dev] > 0.0 ? per_sm[dev] : 0.0;
-}
-
 // A warp per row (stream_fwd_kernel's WARP) where there are enough rows to give every SM kWarpRowsPerSm of them at
 // once (of the 32 warps it holds: four 256-thread CTAs), for rows of up to kBulkMinBytes, and for longer rows up to
 // kWarpMaxBytes on devices of over kWarpBulkGbs of DRAM bandwidth per SM (the H200's 37, not the H100's 25: there the
