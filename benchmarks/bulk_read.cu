@@ -1,0 +1,270 @@
+// Standalone (no torch): where cross_entropy's bf16 forward at [4096, 32000] loses to a plain read of its logits
+// (session 35, H100: the bulk-copy forward kernel at 2.84 TB/s, myops sum(dim=-1) of the same logits at 3.02, Nsight
+// Compute). Each kernel reads a bf16 [M, C] matrix (C a multiple of 8) row by row, one 256-thread CTA per row, and
+// writes one float per row:
+//   ldg sum / ldg fold:    4 16-byte loads in flight a thread (sum's row kernel), then the row's sum, or
+//                          cross_entropy's fold (a running max on packed bf16 pairs, 2^(x log2 e - c) summed in fp32);
+//   bulk sum / bulk fold:  thread 0 copies the row into shared memory by cp.async.bulk, one 16 KB group per mbarrier,
+//                          and the threads take each group as it lands (cross_entropy's bulk_fwd_kernel without its
+//                          target and loss); the shared memory each CTA asks for sets 1, 2 or 3 CTAs an SM.
+// Transport (ldg against bulk at the plain sum) and compute (sum against fold) come apart. Timed with CUDA events
+// behind a 256 MB L2 flush by reading (median of 50), as % of a 1 GiB device-to-device cudaMemcpy timed in the run.
+//   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/bulk_read benchmarks/bulk_read.cu && /tmp/bulk_read [M C]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CK(x)                                                                       \
+  do {                                                                              \
+    cudaError_t e = (x);                                                            \
+    if (e) {                                                                        \
+      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));              \
+      exit(1);                                                                      \
+    }                                                                               \
+  } while (0)
+
+constexpr int NT = 256, U = 4;  // threads a CTA, 16-byte vectors a thread per pass (a pass: 8192 bf16)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr uint32_t kNegInf2 = 0xff80ff80u;  // two bf16 -inf
+
+__device__ __forceinline__ float ex2(float t) {
+  float p;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(t));
+  return p;
+}
+__device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// A thread's running state: the plain sum in s (FOLD false), or (m, c = m log2 e, s = sum of 2^(x log2 e - c)).
+struct State {
+  float m = -INFINITY, c = 0.f, s = 0.f;
+};
+// Takes one pass of U vectors (invalid ones hold -inf pairs for the fold, zeros for the sum).
+template <bool FOLD> __device__ __forceinline__ void take(const uint4 (&q)[U], State& st) {
+  if constexpr (!FOLD) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st.s += lo(w[i]) + hi(w[i]);
+    }
+  } else {
+    __nv_bfloat162 m2;
+    uint32_t ninf = kNegInf2;
+    memcpy(&m2, &ninf, 4);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        __nv_bfloat162 b;
+        memcpy(&b, &w[i], 4);
+        m2 = __hmax2(m2, b);
+      }
+    }
+    uint32_t mw;
+    memcpy(&mw, &m2, 4);
+    const float mx = fmaxf(st.m, fmaxf(lo(mw), hi(mw)));
+    if (mx > st.m) {
+      const float cn = mx * kLog2e;
+      st.s = st.m == -INFINITY ? st.s : st.s * ex2(st.c - cn);
+      st.c = cn;
+      st.m = mx;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const uint32_t w[4] = {q[u].x, q[u].y, q[u].z, q[u].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) st.s += ex2(fmaf(lo(w[i]), kLog2e, -st.c)) + ex2(fmaf(hi(w[i]), kLog2e, -st.c));
+    }
+  }
+}
+__device__ float block_reduce(float v, bool is_max, float* sh) {
+#pragma unroll
+  for (int o = 16; o; o >>= 1) {
+    const float x = __shfl_xor_sync(~0u, v, o);
+    v = is_max ? fmaxf(v, x) : v + x;
+  }
+  if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = sh[0];
+  for (int w = 1; w < NT / 32; ++w) v = is_max ? fmaxf(v, sh[w]) : v + sh[w];
+  __syncthreads();
+  return v;
+}
+// The row's result from every thread's state: its sum, or its log-sum-exp.
+template <bool FOLD> __device__ void finish(State st, float* out, float* sh) {
+  if constexpr (!FOLD) {
+    const float s = block_reduce(st.s, false, sh);
+    if (threadIdx.x == 0) out[blockIdx.x] = s;
+  } else {
+    const float m = block_reduce(st.m, true, sh);
+    const float s = block_reduce(st.m == -INFINITY ? 0.f : st.s * ex2(st.c - m * kLog2e), false, sh);
+    if (threadIdx.x == 0) out[blockIdx.x] = m + logf(s);
+  }
+}
+
+template <bool FOLD>
+__global__ void __launch_bounds__(NT) ldg_kernel(float* __restrict__ out, const uint4* __restrict__ x, int nv) {
+  __shared__ float sh[NT / 32];
+  const uint4* row = x + (int64_t)blockIdx.x * nv;
+  const uint4 fill = FOLD ? make_uint4(kNegInf2, kNegInf2, kNegInf2, kNegInf2) : make_uint4(0, 0, 0, 0);
+  State st;
+  for (int j0 = 0; j0 < nv; j0 += NT * U) {
+    uint4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * NT + threadIdx.x;
+      q[u] = j < nv ? row[j] : fill;
+    }
+    take<FOLD>(q, st);
+  }
+  finish<FOLD>(st, out, sh);
+}
+
+__device__ __forceinline__ unsigned saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+template <bool FOLD>
+__global__ void __launch_bounds__(NT) bulk_kernel(float* __restrict__ out, const uint4* __restrict__ x, int nv) {
+  extern __shared__ __align__(128) uint4 buf[];  // [nv]
+  __shared__ __align__(8) uint64_t bars[16];
+  __shared__ float sh[NT / 32];
+  const int vg = NT * U, ng = (nv + vg - 1) / vg;  // vectors a group, groups
+  const uint4* row = x + (int64_t)blockIdx.x * nv;
+  if (threadIdx.x == 0) {
+    for (int g = 0; g < ng; ++g) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(saddr(&bars[g])));
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int g = 0; g < ng; ++g) {
+      const unsigned bytes = (unsigned)(min(vg, nv - g * vg) * 16), bar = saddr(&bars[g]);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       saddr(buf + g * vg)),
+                   "l"(row + g * vg), "r"(bytes), "r"(bar)
+                   : "memory");
+    }
+  }
+  __syncthreads();
+  const uint4 fill = FOLD ? make_uint4(kNegInf2, kNegInf2, kNegInf2, kNegInf2) : make_uint4(0, 0, 0, 0);
+  State st;
+  for (int g = 0; g < ng; ++g) {
+    asm volatile(
+        "{\n\t.reg .pred P;\nBR_WAIT:\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 P, [%0], 0;\n\t"
+        "@!P bra BR_WAIT;\n}" ::"r"(saddr(&bars[g]))
+        : "memory");
+    uint4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = g * vg + u * NT + threadIdx.x;
+      q[u] = j < nv ? buf[j] : fill;
+    }
+    take<FOLD>(q, st);
+  }
+  finish<FOLD>(st, out, sh);
+}
+
+__global__ void fill_kernel(__nv_bfloat16* x, int64_t n) {  // pseudo-random logits in about [-8, 8]
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = __float2bfloat16((float)(h & 0xffff) / 4096.f - 8.f);
+  }
+}
+__global__ void flush_kernel(const float4* p, int64_t n, float* sink) {  // reads the flush buffer: L2 left clean
+  float a = 0.f;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    a += p[i].x;
+  if (a == 1234.5f) *sink = a;
+}
+
+template <class F> float median_us(F launch, const float4* flush, int64_t nflush, float* sink) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 5; ++i) launch();
+  std::vector<float> t;
+  for (int i = 0; i < 50; ++i) {
+    flush_kernel<<<1024, 256>>>(flush, nflush, sink);
+    CK(cudaEventRecord(a));
+    launch();
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1e3f);
+  }
+  CK(cudaGetLastError());
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+int main(int argc, char** argv) {
+  const int M = argc > 1 ? atoi(argv[1]) : 4096, C = argc > 2 ? atoi(argv[2]) : 32000;
+  if (C % 8 != 0 || C * 2 > 200 * 1024) {
+    printf("C must be a multiple of 8, at most 100 KB of bf16\n");
+    return 1;
+  }
+  const int nv = C / 8;
+  const int64_t n = (int64_t)M * C;
+  __nv_bfloat16* x;
+  float *out, *sink;
+  float4* flush;
+  const int64_t nflush = (256 << 20) / 16;
+  char *src, *dst;
+  CK(cudaMalloc(&x, n * 2));
+  CK(cudaMalloc(&out, M * 4));
+  CK(cudaMalloc(&sink, 4));
+  CK(cudaMalloc(&flush, nflush * 16));
+  CK(cudaMalloc(&src, 1 << 30));
+  CK(cudaMalloc(&dst, 1 << 30));
+  CK(cudaMemset(flush, 0, nflush * 16));
+  fill_kernel<<<1024, 256>>>(x, n);
+  CK(cudaGetLastError());
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const float copy_us = median_us([&] { CK(cudaMemcpyAsync(dst, src, 1 << 30, cudaMemcpyDeviceToDevice)); }, flush,
+                                  nflush, sink);
+  const double copy_gbs = 2.0 * (1 << 30) / copy_us / 1e3;
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+  printf("%s, [%d, %d] bf16 (%.1f MB), 1 GiB copy %.1f GB/s\n", prop.name, M, C, n * 2 / 1e6, copy_gbs);
+  const auto report = [&](const char* name, float us) {
+    const double gbs = n * 2 / us / 1e3;
+    printf("%-28s %8.1f us %8.1f GB/s %6.1f%% of copy\n", name, us, gbs, gbs / copy_gbs * 100);
+  };
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  report("ldg sum", median_us([&] { ldg_kernel<false><<<M, NT>>>(out, xv, nv); }, flush, nflush, sink));
+  report("ldg fold", median_us([&] { ldg_kernel<true><<<M, NT>>>(out, xv, nv); }, flush, nflush, sink));
+  const int row_bytes = nv * 16;
+  CK(cudaFuncSetAttribute(bulk_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  CK(cudaFuncSetAttribute(bulk_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  for (int per_sm = 1; per_sm <= 3; ++per_sm) {
+    // the dynamic shared memory that leaves room for per_sm CTAs an SM and no more (about 227 KB an SM)
+    const int smem = std::max(row_bytes, per_sm == 3 ? row_bytes : (int)(220 * 1024 / (per_sm + 1)) + 1024);
+    int fit = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, bulk_kernel<true>, NT, smem));
+    char name[64];
+    snprintf(name, sizeof name, "bulk sum, %d CTAs/SM", fit);
+    report(name, median_us([&] { bulk_kernel<false><<<M, NT, smem>>>(out, xv, nv); }, flush, nflush, sink));
+    snprintf(name, sizeof name, "bulk fold, %d CTAs/SM", fit);
+    report(name, median_us([&] { bulk_kernel<true><<<M, NT, smem>>>(out, xv, nv); }, flush, nflush, sink));
+  }
+  // a check of the fold against the host, row 0 (log-sum-exp)
+  std::vector<__nv_bfloat16> h(C);
+  CK(cudaMemcpy(h.data(), x, C * 2, cudaMemcpyDeviceToHost));
+  double mx = -INFINITY, s = 0;
+  for (int j = 0; j < C; ++j) mx = std::max(mx, (double)__bfloat162float(h[j]));
+  for (int j = 0; j < C; ++j) s += std::exp((double)__bfloat162float(h[j]) - mx);
+  float got;
+  CK(cudaMemcpy(&got, out, 4, cudaMemcpyDeviceToHost));
+  printf("row 0 log-sum-exp: %.6f (host %.6f)\n", got, mx + std::log(s));
+  return 0;
+}
