@@ -107,18 +107,9 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
       for (int64_t i = 0; i < N; ++i) ws[i] += (double)(gv[i] * h[i]);
       for (int64_t i = 0; i < N; ++i) ws[N + i] += (double)gv[i];
     }
-    double myops_sum_result_, sg, sgx;
-    if (w) {
-      MYOPS_SUMF_BLOCKED(N, gv[k] * wf[k]);
-      sg = myops_sum_result_;
-      MYOPS_SUMF_BLOCKED(N, gv[k] * wf[k] * h[k]);
-      sgx = myops_sum_result_;
-    } else {
-      MYOPS_SUMF_BLOCKED(N, gv[k]);
-      sg = myops_sum_result_;
-      MYOPS_SUMF_BLOCKED(N, gv[k] * h[k]);
-      sgx = myops_sum_result_;
-    }
+    double sg, sgx;
+    if (w) MYOPS_SUMF2_BLOCKED(N, gv[k] * wf[k], gv[k] * wf[k] * h[k], sg, sgx);
+    else MYOPS_SUMF2_BLOCKED(N, gv[k], gv[k] * h[k], sg, sgx);
     const float mg = (float)(sg / (double)N), mgx = (float)(sgx / (double)N);
     float* dv = myops_out_row_f32(&dx, r, dtype, es, gb);  /* (gb: in place of dy, element by element) */
     if (w) for (int64_t i = 0; i < N; ++i) dv[i] = rs * ((gv[i] * wf[i] - mg) - h[i] * mgx);

@@ -166,6 +166,38 @@ MYOPS_CPU_HOT double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
     myops_sum_result_ = tot_;                                                           \
   } while (0)
 
+/* Two MYOPS_SUMF_BLOCKED sums in one pass (into r1, r2): each in its own lanes, blocks and order, so the same bits as
+ * two such passes. */
+#define MYOPS_SUMF2_BLOCKED(n, term1, term2, r1, r2)                                      \
+  do {                                                                                   \
+    double t1_ = 0, t2_ = 0;                                                             \
+    for (int64_t b_ = 0; b_ < (n); b_ += 1024) {                                         \
+      const int64_t e_ = b_ + 1024 < (n) ? b_ + 1024 : (n);                              \
+      float a1_[32], a2_[32];                                                            \
+      for (int j_ = 0; j_ < 32; ++j_) a1_[j_] = a2_[j_] = 0.f;                           \
+      int64_t i = b_;                                                                    \
+      for (; i + 32 <= e_; i += 32)                                                      \
+        for (int j_ = 0; j_ < 32; ++j_) {                                                \
+          const int64_t k = i + j_;                                                      \
+          a1_[j_] += (term1);                                                            \
+          a2_[j_] += (term2);                                                            \
+        }                                                                                \
+      for (int64_t k = i; k < e_; ++k) {                                                 \
+        a1_[k - i] += (term1);                                                           \
+        a2_[k - i] += (term2);                                                           \
+      }                                                                                  \
+      for (int s_ = 16; s_ > 0; s_ >>= 1)                                                \
+        for (int j_ = 0; j_ < s_; ++j_) {                                                \
+          a1_[j_] += a1_[j_ + s_];                                                       \
+          a2_[j_] += a2_[j_ + s_];                                                       \
+        }                                                                                \
+      t1_ += (double)a1_[0];                                                             \
+      t2_ += (double)a2_[0];                                                             \
+    }                                                                                    \
+    (r1) = t1_;                                                                          \
+    (r2) = t2_;                                                                          \
+  } while (0)
+
 /* sum of (v - c) and of (v - c)^2: with c near the row's values (its first element for the first, its mean for
  * the second) each fp32 term is small and x - c exact (Sterbenz), so that the blocks' fp32 rounding is relative to
  * the deviations, not to the row's offset from 0 (an fp32 sum of the values themselves lost the mean's accuracy for
@@ -179,33 +211,7 @@ MYOPS_CPU_HOT double myops_sum_devf_blocked(const float* v, int64_t n, float c) 
  * (One helper for both passes, the squares skipped by a null s2, made layer_norm's bf16 forward about 2x slower on
  * the 2-core Zen 4 VM, [4096, 4096]: 6.5-7.0 -> 12.6-13.9 ms, fp32 unchanged; hence two loops.) */
 MYOPS_CPU_HOT void myops_dev_moments_f(const float* v, int64_t n, float c, double* s1, double* s2) {
-  double t1 = 0, t2 = 0;
-  for (int64_t b = 0; b < n; b += 1024) {
-    const int64_t e = b + 1024 < n ? b + 1024 : n;
-    float a1[32], a2[32];
-    for (int j = 0; j < 32; ++j) a1[j] = a2[j] = 0.f;
-    int64_t i = b;
-    for (; i + 32 <= e; i += 32)
-      for (int j = 0; j < 32; ++j) {
-        const float d = v[i + j] - c;
-        a1[j] += d;
-        a2[j] += d * d;
-      }
-    for (int64_t k = i; k < e; ++k) {
-      const float d = v[k] - c;
-      a1[k - i] += d;
-      a2[k - i] += d * d;
-    }
-    for (int h = 16; h > 0; h >>= 1)
-      for (int j = 0; j < h; ++j) {
-        a1[j] += a1[j + h];
-        a2[j] += a2[j + h];
-      }
-    t1 += (double)a1[0];
-    t2 += (double)a2[0];
-  }
-  *s1 = t1;
-  *s2 = t2;
+  MYOPS_SUMF2_BLOCKED(n, v[k] - c, (v[k] - c) * (v[k] - c), *s1, *s2);
 }
 
 /* max over v[0, n), NaN skipped (-inf for n = 0 or all NaN). The order does not matter for a maximum; the pragma
