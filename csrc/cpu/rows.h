@@ -95,19 +95,19 @@ MYOPS_CPU_HOT void myops_store_row(int dtype, void* p, int64_t cs, int64_t n, co
 #ifndef MYOPS_ROW_SUM_LANES
 #define MYOPS_ROW_SUM_LANES 16
 #endif
-#define MYOPS_ROW_SUM(n, term)                                 \
-  do {                                                         \
-    double acc_[MYOPS_ROW_SUM_LANES] = {0};                        \
-    int64_t i = 0;                                             \
-    for (; i + MYOPS_ROW_SUM_LANES <= (n); i += MYOPS_ROW_SUM_LANES)   \
-      for (int j_ = 0; j_ < MYOPS_ROW_SUM_LANES; ++j_) {           \
-        const int64_t k = i + j_;                              \
-        acc_[j_] += (term);                                    \
-      }                                                        \
-    for (int64_t k = i; k < (n); ++k) acc_[k - i] += (term);   \
-    for (int h_ = MYOPS_ROW_SUM_LANES / 2; h_ >= 1; h_ /= 2)       \
-      for (int j_ = 0; j_ < h_; ++j_) acc_[j_] += acc_[j_ + h_]; \
-    myops_sum_result_ = acc_[0];                               \
+#define MYOPS_ROW_SUM(n, term)                                       \
+  do {                                                               \
+    double acc_[MYOPS_ROW_SUM_LANES] = {0};                          \
+    int64_t i = 0;                                                   \
+    for (; i + MYOPS_ROW_SUM_LANES <= (n); i += MYOPS_ROW_SUM_LANES) \
+      for (int j_ = 0; j_ < MYOPS_ROW_SUM_LANES; ++j_) {             \
+        const int64_t k = i + j_;                                    \
+        acc_[j_] += (term);                                          \
+      }                                                              \
+    for (int64_t k = i; k < (n); ++k) acc_[k - i] += (term);         \
+    for (int h_ = MYOPS_ROW_SUM_LANES / 2; h_ >= 1; h_ /= 2)         \
+      for (int j_ = 0; j_ < h_; ++j_) acc_[j_] += acc_[j_ + h_];     \
+    myops_sum_result_ = acc_[0];                                     \
   } while (0)
 
 MYOPS_CPU_HOT double myops_sum(const double* v, int64_t n) {
