@@ -1,3 +1,8 @@
+import os
+import subprocess
+import sys
+import tempfile
+
 import pytest
 import torch
 from hypothesis import given
@@ -62,6 +67,44 @@ def test_long_column_sum_of_a_slice(device, dtype, cols):
     x = make_tensor((40_000, 40), dtype, device, seed=5)[:, :cols]
     x64 = x.double().cpu()
     check_close(ops.sum(x, 0), x64.sum(0), dtype, scale=x64.abs().sum(0))
+
+
+# Row lengths of exactly one pass of the CUDA row kernel's loads (4 16-byte vectors for each of 32-256 threads), which
+# take its straight-line kernel (sum_full_rows_kernel).
+FULL_PASS = {torch.float32: [512, 1024, 2048, 4096], torch.bfloat16: [1024, 2048, 4096, 8192],
+             torch.float16: [1024, 8192]}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", list(FULL_PASS))
+@pytest.mark.parametrize("sliced", [False, True])
+def test_full_pass_rows(device, dtype, sliced):
+    """Rows of one pass of the row kernel's loads, 37 of them (a partial last CTA of rows at every thread count),
+    contiguous or a column slice (row stride K + 64); on the GPU also the same bits as the general row kernel
+    (MYOPS_SUM_FULL=0, read once per process: a subprocess)."""
+    xs = []
+    for k in FULL_PASS[dtype]:
+        x = make_tensor((37, k + 64 if sliced else k), dtype, device, seed=k)
+        xs.append(x[:, :k] if sliced else x)
+    outs = [ops.sum(x, -1) for x in xs]
+    for x, out in zip(xs, outs):
+        x64 = x.double().cpu()
+        check_close(out, x64.sum(-1), dtype, scale=x64.abs().sum(-1), what=f"K = {x.shape[1]}")
+    if device != "cuda":
+        return
+    code = """import sys, torch, ops
+xs = torch.load(sys.argv[1])
+torch.save([ops.sum(x.cuda(), -1).cpu() for x in xs], sys.argv[2])
+"""
+    with tempfile.TemporaryDirectory() as d:
+        torch.save([x.cpu() for x in xs], os.path.join(d, "in.pt"))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        r = subprocess.run([sys.executable, "-c", code, os.path.join(d, "in.pt"), os.path.join(d, "out.pt")],
+                           cwd=root, env=dict(os.environ, MYOPS_SUM_FULL="0"), capture_output=True, text=True,
+                           timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+        for x, out, ref in zip(xs, outs, torch.load(os.path.join(d, "out.pt"))):
+            assert torch.equal(out.cpu(), ref), f"K = {x.shape[1]}: the straight-line kernel's bits differ"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -7,6 +7,7 @@
 //         with 4 16-byte loads each, so one pass of loads in flight reads it (rows longer than 256 threads' pass
 //         loop, and split over blocks above 16k elements); warp shuffles, plus one shared-memory step when a row
 //         spans warps. Several rows per 256-thread block when tpr < 256.
+//         Rows of exactly one such pass take a straight-line copy of it (sum_full_rows_kernel, same bits).
 //   cols: sK != 1 (e.g. bias gradients, reduce over leading dims): each lane owns VEC consecutive m (16-byte
 //         loads across the warp when sM == 1, four in flight), the 8 warps of a block take interleaved k, shared
 //         memory combines.
@@ -137,6 +138,43 @@ __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,
     if (gridDim.y == 1) out[m] = from_acc<T>(s);
     else ws[(int64_t)blockIdx.y * M + m] = s;
   }
+}
+
+// Rows of exactly one pass of the row kernel's loads (K = kRowLoads * TPR * VEC, unsplit, vector-aligned rows:
+// fp32 K = 512-4096, 16-bit K = 1024-8192, the common hidden sizes), straight-line: no loop, no tail, the row's
+// threads and their shift and mask as constants, so that it fits 32 registers and 8 CTAs an SM (2048 threads) where
+// the row kernel's 64-bit loop bounds and tail held it to 40-48 registers, 5-6 CTAs. The same additions in the same
+// order as the row kernel's one pass (the same bits).
+template <class T, int VEC, int TPR>
+__global__ void __launch_bounds__(kThreads, 8) sum_full_rows_kernel(T* __restrict__ out,        // [M]
+                                                                    const T* __restrict__ x,  // [M, K], sK == 1
+                                                                    int64_t M, int64_t sM) {
+  using A = acc_t<T>;
+  static_assert(TPR >= 32 && TPR <= kThreads, "a warp never spans two rows");
+  __shared__ A smem[kThreads / 32];
+  const int64_t m = (int64_t)blockIdx.x * (kThreads / TPR) + threadIdx.x / TPR;
+  const int lane = threadIdx.x % TPR;
+  A acc[kRowLoads] = {A(0), A(0), A(0), A(0)};
+  if (m < M) {
+    const Vec<T, VEC>* row = reinterpret_cast<const Vec<T, VEC>*>(x + m * sM) + lane;
+    Vec<T, VEC> v[kRowLoads];
+#pragma unroll
+    for (int u = 0; u < kRowLoads; ++u) v[u] = row[u * TPR];
+#pragma unroll
+    for (int u = 0; u < kRowLoads; ++u)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[u] += to_acc(v[u].v[e]);
+  }
+  A s = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+  if constexpr (TPR > 32) {  // (as the row kernel)
+    if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = s;
+    __syncthreads();
+    if (lane == 0) {
+      s = A(0);
+      for (int w = 0; w < TPR / 32; ++w) s += smem[(threadIdx.x >> 5) + w];
+    }
+  }
+  if (m < M && lane == 0) out[m] = from_acc<T>(s);
 }
 
 // Column kernel. Block (32, 8): lane l owns m in [m0, m0 + VEC), warp w takes k = w, w + 8, ... of its split. IL: a
@@ -287,6 +325,20 @@ int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, 
       else sum_cols_kernel<T, 1, IL><<<grid, dim3(32, 8), 0, stream>>>(out, ws, x, M, K, sM, sK, chunk);
     }
   };
+  // MYOPS_SUM_FULL: 1 (default) rows of exactly one pass take sum_full_rows_kernel, 0 the row kernel (A/B).
+  static const int knob_full = env_knob("MYOPS_SUM_FULL", 1, [](int v) { return v == 0 || v == 1; });
+  if (knob_full == 1 && p.rows && p.splits == 1 && p.vec == VEC && K == ((int64_t)kRowLoads * VEC << p.tpr_log2)) {
+    const auto full = [&](auto kernel) {
+      kernel<<<grid, kThreads, 0, stream>>>(out, x, M, sM);
+      return launch_status();
+    };
+    switch (p.tpr_log2) {
+      case 5: return full(sum_full_rows_kernel<T, VEC, 32>);
+      case 6: return full(sum_full_rows_kernel<T, VEC, 64>);
+      case 7: return full(sum_full_rows_kernel<T, VEC, 128>);
+      default: return full(sum_full_rows_kernel<T, VEC, 256>);
+    }
+  }
   if (knob_il == 1 && p.splits > 1) launch(std::true_type{});
   else launch(std::false_type{});
   if (p.splits == 1) return launch_status();
