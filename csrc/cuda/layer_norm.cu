@@ -636,6 +636,12 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // % of copy, none -> 2 slots: H200 65.6 / 65.5 -> 66.6 / 66.4, H100 74.5 -> 76.2 (1 slot 66.5 / 66.7, 4 66.0 / 66.1,
 // all 8 62.7 / 62.5; all 8 when the row's loads are issued: H100 65.0; rms_norm's long backward lost 0.6-1.7 points
 // on the H200 at 1 or 2 slots and takes none). -DMYOPS_LN_L2_NEXT=0 turns it off (A/B). AFF as rr_bwd_kernel.
+// Measured and not taken (session 36, H100, fp32 [256, 262144] forward+backward, this kernel 77.6-78.0): the next
+// row's first slots staged in shared memory by cp.async as soon as the current row's are taken, 1 + 1 slots of dy and
+// x 77.4, 2 + 1 77.0 / 77.2, 3 + 2 75.0, 6 + 5 (all that fits) 71.0 / 71.0 (the more in flight early, the slower, as
+// with L2 prefetches above); the pipelined kernel below with the row split over 4 clusters of 8 (128 SMs), the
+// clusters' totals exchanged through global memory (release / acquire tags), 61.7 / 63.0 (branch ln-parts): the
+// exchange's round trip sits between each row's passes.
 #ifndef MYOPS_LN_L2_NEXT
 #define MYOPS_LN_L2_NEXT 2
 #endif

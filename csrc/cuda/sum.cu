@@ -144,7 +144,8 @@ __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,
 // fp32 K = 512-4096, 16-bit K = 1024-8192, the common hidden sizes), straight-line: no loop, no tail, the row's
 // threads and their shift and mask as constants, so that it fits 32 registers and 8 CTAs an SM (2048 threads) where
 // the row kernel's 64-bit loop bounds and tail held it to 40-48 registers, 5-6 CTAs. The same additions in the same
-// order as the row kernel's one pass (the same bits).
+// order as the row kernel's one pass (the same bits). H100, sum(dim=-1) at [16384, 4096], % of copy, two rounds
+// against the row kernel (MYOPS_SUM_FULL=0): bf16 94.2 / 94.1 -> 95.1 / 95.2, fp32 100.1 / 100.3 -> 100.3 / 100.3.
 template <class T, int VEC, int TPR>
 __global__ void __launch_bounds__(kThreads, 8) sum_full_rows_kernel(T* __restrict__ out,        // [M]
                                                                     const T* __restrict__ x,  // [M, K], sK == 1
