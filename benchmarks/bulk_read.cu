@@ -250,6 +250,58 @@ template <class F> float median_us(F launch, const float4* flush, int64_t nflush
 
 }  // namespace probe
 
+#ifdef HAVE_REAL_CE
+// cross_entropy's bulk_fwd_kernel (bf16, no smoothing) with one part changed, to find its cost against the probe's
+// fold + CE: VAR 0 as it is; 1 without the out-of-range redo path; 2 the (max, sum) pair reduced as the probe does
+// (a block maximum, then a block sum of the rescaled sums) instead of rr::RowReduce's one pass of OnlineSoftmaxOp;
+// 3 without the target (thread 0 reads nothing).
+template <int VAR>
+__global__ void __launch_bounds__(kStreamThreads, 2) real_variant(float* __restrict__ loss, float* __restrict__ stats,
+                                                                  const __nv_bfloat16* __restrict__ x, int64_t xs,
+                                                                  const int64_t* __restrict__ target, int C) {
+  using T = __nv_bfloat16;
+  using A = float;
+  constexpr int U = 4, THREADS = kStreamThreads, G = THREADS * U * 8;
+  extern __shared__ __align__(128) unsigned char bulk_row[];
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  __shared__ __align__(8) uint64_t bars[kBulkGroups];
+  __shared__ float sh[THREADS / 32];
+  const int64_t r = blockIdx.x;
+  const int ng = (C + G - 1) / G;
+  const T* __restrict__ xr = x + r * xs;
+  if (threadIdx.x == 0) {
+    for (int g = 0; g < ng; ++g) rp::mbar_init(rr::smem_addr(&bars[g]), 1);
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int g = 0; g < ng; ++g) {
+      const unsigned bar = rr::smem_addr(&bars[g]), bytes = (unsigned)(min(G, C - g * G) * 2);
+      rp::mbar_expect(bar, bytes);
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                       rr::smem_addr(bulk_row + (size_t)g * G * 2)),
+                   "l"(xr + (int64_t)g * G), "r"(bytes), "r"(bar)
+                   : "memory");
+    }
+  }
+  __syncthreads();
+  rr::RowReduce red(red_buf, THREADS);
+  const RowTarget<T> rt(VAR != 3 && threadIdx.x == 0, target, r, 1, xr, C, -100);
+  const auto landed = [&](int g) { rr::mbar_wait(rr::smem_addr(&bars[g]), 0); };
+  const T* row = reinterpret_cast<const T*>(bulk_row);
+  const Pair<A> none{neg_inf<A>(), A(0)};
+  A sx;
+  Pair<A> ms;
+  if constexpr (VAR == 2) {
+    const Pair<A> p = row_share<T, false, true, U>(row, C, threadIdx.x, THREADS, sx, landed);
+    const float m = probe::block_reduce(p.a, true, sh);
+    ms = {m, probe::block_reduce(p.a == neg_inf<A>() ? 0.f : p.b * exp_of<T>(p.a - m), false, sh)};
+  } else {
+    ms = red(row_share<T, false, true, U>(row, C, threadIdx.x, THREADS, sx, landed), OnlineSoftmaxOp<T>{}, none);
+    if (VAR != 1 && !(ms.b < INFINITY))
+      ms = red(row_share<T, false, false, U>(row, C, threadIdx.x, THREADS, sx, landed), OnlineSoftmaxOp<T>{}, none);
+  }
+  if (threadIdx.x == 0) finish_row<T, false>(loss, stats, r, ms, A(0), rt, C, -100, 0.f);
+}
+#endif
+
 int main(int argc, char** argv) {
   using namespace probe;
   const int M = argc > 1 ? atoi(argv[1]) : 4096, C = argc > 2 ? atoi(argv[2]) : 32000;
@@ -330,6 +382,15 @@ int main(int argc, char** argv) {
       report(normal ? "bulk fold + CE, normal" : "bulk fold + CE, uniform",
              median_us([&] { bulk_kernel<true, true><<<M, NT, smem>>>(out, xv, nv, target); }, flush, nflush, sink));
     }
+    const auto variant = [&](const char* name, auto kernel) {
+      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+      report(name, median_us([&] { kernel<<<M, kStreamThreads, smem>>>(out, stats, x, C, target, C); }, flush,
+                             nflush, sink));
+    };
+    variant("real: as it is", real_variant<0>);
+    variant("real: no redo path", real_variant<1>);
+    variant("real: probe's reductions", real_variant<2>);
+    variant("real: no target", real_variant<3>);
     fill_kernel<<<1024, 256>>>(x, n, false);
     CK(cudaGetLastError());
   }

@@ -931,6 +931,7 @@ struct Sum {
 };
 struct Max {
   __device__ __forceinline__ float operator()(float x, float y) const { return fmaxf(x, y); }
+  __device__ __forceinline__ double operator()(double x, double y) const { return fmax(x, y); }
 };
 
 template <class A> __device__ __forceinline__ A recip_or_0(A n) {
