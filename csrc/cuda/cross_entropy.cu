@@ -328,10 +328,10 @@ __global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __rest
 // independent chains of the exp sum's FADDs (one chain is a dependent FADD per element) 92.1 against 92.5. Nsight
 // Compute puts this kernel at 2.84 TB/s (4 warps per scheduler, 0.68 eligible, 43% of issue slots used) against
 // 3.02 for a plain row-by-row read of the same logits (myops sum(dim=-1)). Session 36: a lean kernel (a row per CTA
-// by 16-byte loads, the target read after the reduction, 40 registers, 6 CTAs an SM) 87.4 / 87.7; and
-// benchmarks/bulk_read.cu's standalone fold (the same bulk copies and log2-domain exps, 2 CTAs an SM, no target,
-// stats or loss) runs at 97.2% of copy where this kernel, reduction "none" (no reduction kernel), runs at 91.1%: the
-// gap is in this kernel's code beyond the fold (the target's two dependent loads, the pair reduction, the stats).
+// by 16-byte loads, the target read after the reduction, 40 registers, 6 CTAs an SM) 87.4 / 87.7. Where the rest
+// went (benchmarks/bulk_read.cu, this kernel and a standalone fold in one harness): the fold with the target and
+// the stats 89.6 us (96.6% of copy), this kernel 91.0 us, of which the (max, sum) pair's one-pass reduction was the
+// 1.4 us (reduce_ms); the op adds about 2.5 us for the loss's reduction kernel, which waits for the grid's end.
 constexpr int kBulkMinBytes = 32 * 1024, kBulkMaxBytes = 64 * 1024, kBulkGroups = 8, kBulkSmemFloor = 100 * 1024;
 template <class T, bool SMOOTH, int U = 4, int THREADS = kStreamThreads>
 __global__ void __launch_bounds__(THREADS, 2) bulk_fwd_kernel(acc_t<T>* __restrict__ loss,          // [M]
