@@ -27,20 +27,13 @@
 #include <cstring>
 #include <vector>
 
+#include "probe_timer.cuh"
+
 // With -Icsrc/cuda -Icsrc (and --expt-relaxed-constexpr), cross_entropy's own bulk_fwd_kernel joins the runs.
 #if __has_include("cross_entropy.cu")
 #include "cross_entropy.cu"
 #define HAVE_REAL_CE 1
 #endif
-
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e = (x);                                                            \
-    if (e) {                                                                        \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));              \
-      exit(1);                                                                      \
-    }                                                                               \
-  } while (0)
 
 namespace probe {  // (apart from cross_entropy.cu's names, where it is included)
 constexpr int NT = 256, U = 4;  // threads a CTA, 16-byte vectors a thread per pass (a pass: 8192 bf16)
@@ -220,34 +213,6 @@ __global__ void fill_kernel(__nv_bfloat16* x, int64_t n, bool normal) {
     }
   }
 }
-__global__ void flush_kernel(const float4* p, int64_t n, float* sink) {  // reads the flush buffer: L2 left clean
-  float a = 0.f;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    a += p[i].x;
-  if (a == 1234.5f) *sink = a;
-}
-
-template <class F> float median_us(F launch, const float4* flush, int64_t nflush, float* sink) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < 5; ++i) launch();
-  std::vector<float> t;
-  for (int i = 0; i < 50; ++i) {
-    flush_kernel<<<1024, 256>>>(flush, nflush, sink);
-    CK(cudaEventRecord(a));
-    launch();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1e3f);
-  }
-  CK(cudaGetLastError());
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 }  // namespace probe
 
 #ifdef HAVE_REAL_CE
@@ -312,10 +277,7 @@ int main(int argc, char** argv) {
   const int nv = C / 8;
   const int64_t n = (int64_t)M * C;
   __nv_bfloat16* x;
-  float *out, *sink;
-  float4* flush;
-  const int64_t nflush = (256 << 20) / 16;
-  char *src, *dst;
+  float* out;
   CK(cudaMalloc(&x, n * 2));
   CK(cudaMalloc(&out, M * 12));  // (CE: loss [M], then stats [M, 2])
   int64_t* target;
@@ -325,28 +287,20 @@ int main(int argc, char** argv) {
     for (int r = 0; r < M; ++r) ht[r] = (int64_t)(((uint64_t)r * 2654435761u) % (uint64_t)C);
     CK(cudaMemcpy(target, ht.data(), M * 8, cudaMemcpyHostToDevice));
   }
-  CK(cudaMalloc(&sink, 4));
-  CK(cudaMalloc(&flush, nflush * 16));
-  CK(cudaMalloc(&src, 1 << 30));
-  CK(cudaMalloc(&dst, 1 << 30));
-  CK(cudaMemset(flush, 0, nflush * 16));
   fill_kernel<<<1024, 256>>>(x, n, false);
   CK(cudaGetLastError());
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  const float copy_us = median_us([&] { CK(cudaMemcpyAsync(dst, src, 1 << 30, cudaMemcpyDeviceToDevice)); }, flush,
-                                  nflush, sink);
-  const double copy_gbs = 2.0 * (1 << 30) / copy_us / 1e3;
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
+  const probe_timer::Timer timer;
+  const double copy_gbs = timer.copy_gbs();
   printf("%s, [%d, %d] bf16 (%.1f MB), 1 GiB copy %.1f GB/s\n", prop.name, M, C, n * 2 / 1e6, copy_gbs);
   const auto report = [&](const char* name, float us) {
     const double gbs = n * 2 / us / 1e3;
     printf("%-28s %8.1f us %8.1f GB/s %6.1f%% of copy\n", name, us, gbs, gbs / copy_gbs * 100);
   };
   const uint4* xv = reinterpret_cast<const uint4*>(x);
-  report("ldg sum", median_us([&] { ldg_kernel<false><<<M, NT>>>(out, xv, nv); }, flush, nflush, sink));
-  report("ldg fold", median_us([&] { ldg_kernel<true><<<M, NT>>>(out, xv, nv); }, flush, nflush, sink));
+  report("ldg sum", timer.median_us([&] { ldg_kernel<false><<<M, NT>>>(out, xv, nv); }));
+  report("ldg fold", timer.median_us([&] { ldg_kernel<true><<<M, NT>>>(out, xv, nv); }));
   const int row_bytes = nv * 16;
   CK(cudaFuncSetAttribute(bulk_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   CK(cudaFuncSetAttribute(bulk_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
@@ -358,12 +312,11 @@ int main(int argc, char** argv) {
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, bulk_kernel<true>, NT, smem));
     char name[64];
     snprintf(name, sizeof name, "bulk sum, %d CTAs/SM", fit);
-    report(name, median_us([&] { bulk_kernel<false><<<M, NT, smem>>>(out, xv, nv); }, flush, nflush, sink));
+    report(name, timer.median_us([&] { bulk_kernel<false><<<M, NT, smem>>>(out, xv, nv); }));
     snprintf(name, sizeof name, "bulk fold, %d CTAs/SM", fit);
-    report(name, median_us([&] { bulk_kernel<true><<<M, NT, smem>>>(out, xv, nv); }, flush, nflush, sink));
+    report(name, timer.median_us([&] { bulk_kernel<true><<<M, NT, smem>>>(out, xv, nv); }));
     snprintf(name, sizeof name, "bulk fold + CE, %d CTAs/SM", fit);
-    report(name, median_us([&] { bulk_kernel<true, true><<<M, NT, smem>>>(out, xv, nv, target); }, flush, nflush,
-                           sink));
+    report(name, timer.median_us([&] { bulk_kernel<true, true><<<M, NT, smem>>>(out, xv, nv, target); }));
   }
 #ifdef HAVE_REAL_CE
   {  // cross_entropy's kernel as its launcher runs it (2 CTAs an SM), uniform then normal logits; the probe's fold too
@@ -377,15 +330,13 @@ int main(int argc, char** argv) {
         CK(cudaGetLastError());
       }
       report(normal ? "real CE kernel, normal" : "real CE kernel, uniform",
-             median_us([&] { real<<<M, kStreamThreads, smem>>>(out, stats, x, C, target, 1, C, -100, 0.f); }, flush,
-                       nflush, sink));
+             timer.median_us([&] { real<<<M, kStreamThreads, smem>>>(out, stats, x, C, target, 1, C, -100, 0.f); }));
       report(normal ? "bulk fold + CE, normal" : "bulk fold + CE, uniform",
-             median_us([&] { bulk_kernel<true, true><<<M, NT, smem>>>(out, xv, nv, target); }, flush, nflush, sink));
+             timer.median_us([&] { bulk_kernel<true, true><<<M, NT, smem>>>(out, xv, nv, target); }));
     }
     const auto variant = [&](const char* name, auto kernel) {
       CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      report(name, median_us([&] { kernel<<<M, kStreamThreads, smem>>>(out, stats, x, C, target, C); }, flush,
-                             nflush, sink));
+      report(name, timer.median_us([&] { kernel<<<M, kStreamThreads, smem>>>(out, stats, x, C, target, C); }));
     };
     variant("real: as it is", real_variant<0>);
     variant("real: no redo path", real_variant<1>);
