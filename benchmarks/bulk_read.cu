@@ -194,13 +194,7 @@ __global__ void __launch_bounds__(NT) bulk_kernel(float* __restrict__ out, const
   finish<FOLD, CE>(st, out, sh, xt);
 }
 
-__device__ __forceinline__ uint32_t hash32(uint32_t h) {
-  h *= 2654435761u;
-  h ^= h >> 15;
-  h *= 2246822519u;
-  h ^= h >> 13;
-  return h;
-}
+using probe_timer::hash32;
 // Pseudo-random logits: uniform in about [-8, 8], or (normal) standard normal (Box-Muller), as the op's benchmark.
 __global__ void fill_kernel(__nv_bfloat16* x, int64_t n, bool normal) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
@@ -216,10 +210,11 @@ __global__ void fill_kernel(__nv_bfloat16* x, int64_t n, bool normal) {
 }  // namespace probe
 
 #ifdef HAVE_REAL_CE
-// cross_entropy's bulk_fwd_kernel (bf16, no smoothing) with one part changed, to find its cost against the probe's
-// fold + CE: VAR 0 as it is; 1 without the out-of-range redo path; 2 the (max, sum) pair reduced as the probe does
-// (a block maximum, then a block sum of the rescaled sums) instead of rr::RowReduce's one pass of OnlineSoftmaxOp;
-// 3 without the target (thread 0 reads nothing).
+// cross_entropy's bulk_fwd_kernel (bf16, no smoothing) as it was before reduce_ms (the pair in one pass of
+// OnlineSoftmaxOp through rr::RowReduce), with one part changed, to find its cost against the probe's fold + CE:
+// VAR 0 as it was; 1 without the out-of-range redo path; 2 the (max, sum) pair reduced as the probe does (a block
+// maximum, then a block sum of the rescaled sums: what reduce_ms took from this); 3 without the target (thread 0
+// reads nothing).
 template <int VAR>
 __global__ void __launch_bounds__(kStreamThreads, 2) real_variant(float* __restrict__ loss, float* __restrict__ stats,
                                                                   const __nv_bfloat16* __restrict__ x, int64_t xs,
@@ -338,7 +333,7 @@ int main(int argc, char** argv) {
       CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       report(name, timer.median_us([&] { kernel<<<M, kStreamThreads, smem>>>(out, stats, x, C, target, C); }));
     };
-    variant("real: as it is", real_variant<0>);
+    variant("real: one-pass pair", real_variant<0>);
     variant("real: no redo path", real_variant<1>);
     variant("real: probe's reductions", real_variant<2>);
     variant("real: no target", real_variant<3>);

@@ -44,11 +44,7 @@ __global__ void __launch_bounds__(kLongCta) stream_kernel(float* __restrict__ dx
 
 __global__ void fill_kernel(float* p, int64_t n, uint32_t seed) {  // pseudo-random values in about [-2, 2]
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    p[i] = (float)(h & 0xffff) / 16384.f - 2.f;
+    p[i] = (float)(probe_timer::hash32((uint32_t)i ^ seed) & 0xffff) / 16384.f - 2.f;
   }
 }
 

@@ -1,4 +1,4 @@
-// probe_timer.cuh: the timing of the standalone probes (bulk_read.cu, ln_long_probe.cu): CUDA events around one
+// probe_timer.cuh: the index hash and the timing of the standalone probes (bulk_read.cu, ln_long_probe.cu): CUDA events around one
 // launch behind a 256 MB L2 flush by reading (L2 left clean, as benchmarks/bench.py's default), median of 50 after 5
 // warm-up launches; the device-to-device cudaMemcpy of 1 GiB timed the same way, the reference for % of copy.
 #pragma once
@@ -22,6 +22,15 @@
   } while (0)
 
 namespace probe_timer {
+
+// A hash of an element's index: the probes' pseudo-random inputs.
+__host__ __device__ __forceinline__ uint32_t hash32(uint32_t h) {
+  h *= 2654435761u;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return h;
+}
 
 __global__ void flush_kernel(const float4* p, int64_t n, float* sink) {  // reads the flush buffer: L2 left clean
   float a = 0.f;

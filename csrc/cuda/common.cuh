@@ -147,6 +147,9 @@ inline double dram_gbs_per_sm() {
   }
   return per_sm[dev] > 0.0 ? per_sm[dev] : 0.0;
 }
+// Whether the current device has over 30 GB/s of peak DRAM bandwidth per SM (the H200's 37, not the H100's 25): the
+// line along which cross_entropy's warp-per-row policy and rope's heads per thread were measured apart.
+inline bool dram_rich_sms() { return dram_gbs_per_sm() > 30.0; }
 
 // 16-byte vector of VEC elements: one LDG.128 / STG.128 per thread and operand.
 template <class T, int VEC> struct alignas(sizeof(T) * VEC) Vec { T v[VEC]; };

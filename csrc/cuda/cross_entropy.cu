@@ -381,7 +381,7 @@ inline bool ce_bulk(int64_t C, int es) {
 
 // A warp per row (stream_fwd_kernel's WARP) where there are enough rows to give every SM kWarpRowsPerSm of them at
 // once (of the 32 warps it holds: four 256-thread CTAs), for rows of up to kBulkMinBytes, and for longer rows up to
-// kWarpMaxBytes on devices of over kWarpBulkGbs of DRAM bandwidth per SM (the H200's 37, not the H100's 25: there the
+// kWarpMaxBytes on devices of over 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200, not the H100: there the
 // bulk kernel stays ahead at 64 KB, 85.2 against 82.7, while a warp per row wins at 32 KB, fp32 [16384, 8192]).
 // Each such warp keeps 2 KB of its row in flight (U = 4 vectors a lane) and reduces by shuffles alone, so an SM
 // streams many rows with no CTA barrier between them; fewer rows take a CTA per row, which keeps more of each row in
@@ -394,12 +394,11 @@ inline bool ce_bulk(int64_t C, int es) {
 // MYOPS_CE_WARP: 1 (default) that policy, 0 never, 2 every row of the fast path (A/B, tests). Read once.
 constexpr int64_t kWarpMaxBytes = 64 * 1024;
 constexpr int kWarpRowsPerSm = 24;
-constexpr double kWarpBulkGbs = 30.0;
 inline bool ce_warp(int64_t M, int64_t row_bytes) {
   static const int mode = rr::env_knob("MYOPS_CE_WARP", 1, [](int m) { return m >= 0 && m <= 2; });
   if (mode != 1) return mode == 2;
   if (row_bytes > kWarpMaxBytes || M < (int64_t)kWarpRowsPerSm * sm_count()) return false;
-  return row_bytes <= kBulkMinBytes || dram_gbs_per_sm() > kWarpBulkGbs;
+  return row_bytes <= kBulkMinBytes || dram_rich_sms();
 }
 
 // CTAs per row of the streaming forward: 1, unless the row is long (kCeClusterBytes or more) and one CTA per row

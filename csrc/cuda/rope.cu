@@ -310,16 +310,15 @@ int rope_flat_mode() {
   static const int v = rr::env_knob("MYOPS_ROPE_FLAT", 1, [](int m) { return m == 0 || m == 1; });
   return v;
 }
-// K: 2 for fp32 with the heads inner on devices of over kRopeHeadsGbs of DRAM bandwidth per SM (the H200's 37, not
-// the H100's 25), else 1. H200, % of copy, forward [S, H, D] / heads first, K = 1 -> 2: bf16 90.2 / 90.5 -> 84.4 /
+// K: 2 for fp32 with the heads inner on devices of over 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200,
+// not the H100), else 1. H200, % of copy, forward [S, H, D] / heads first, K = 1 -> 2: bf16 90.2 / 90.5 -> 84.4 /
 // 84.1 (42 registers, 1280 threads per SM; held to 32 it spilled), fp32 95.0 / 94.6 -> 96.2 / 92.5 (session 28).
 // H100, fp32 [S, H, D], K = 2 -> 1: forward 101.3 -> 102.1 (two rounds), forward+backward 100.2 -> 100.8-100.9
 // (session 34; torch.compile's forward 101.9-102.0).
-constexpr double kRopeHeadsGbs = 30.0;
 template <class T> int flat_heads(int64_t H, bool inner_h) {
   static const int v = rr::env_knob("MYOPS_ROPE_HEADS", 0, [](int m) { return m >= 0 && m <= 2; });
   if (H % 2 != 0) return 1;
-  return v ? v : sizeof(T) == 4 && inner_h && dram_gbs_per_sm() > kRopeHeadsGbs ? 2 : 1;
+  return v ? v : sizeof(T) == 4 && inner_h && dram_rich_sms() ? 2 : 1;
 }
 // Whether every element offset b * sB + s * sS + h * sH + d of a [B, S, H, D] operand with these strides fits 32 bits.
 bool offsets_fit(int64_t B, int64_t S, int64_t H, int64_t D, int64_t sB, int64_t sS, int64_t sH) {
