@@ -6,6 +6,7 @@
 // copy by that traffic:
 //   kernel, sums:     rr_bwd_long_kernel as the launcher runs it (weight, dw and db sums);
 //   kernel, no sums:  the same with no parameter gradients (its general variant, ws null);
+//   kernel, no weight: the general variant with neither the sums nor the weight (no L2 loads of w);
 //   stream:           the same grid and cluster geometry, each thread loading its 8 vectors of dy and x and writing
 //                     dx = dy + x: the ceiling of this layout without any reduction;
 //   stream + barrier: the same with one cluster barrier per row between the loads and the stores (the reduction's
@@ -95,6 +96,10 @@ int main(int argc, char** argv) {
   report("kernel, no sums", timer.median_us([&] {
            CK(rr::launch(g, grid, plain, nullptr, dx, (int64_t)N, static_cast<float*>(nullptr), dy, (int64_t)N, x,
                          (int64_t)N, mean, rstd, w, M, N, inv_n, g.tpr));
+         }));
+  report("kernel, no weight", timer.median_us([&] {
+           CK(rr::launch(g, grid, plain, nullptr, dx, (int64_t)N, static_cast<float*>(nullptr), dy, (int64_t)N, x,
+                         (int64_t)N, mean, rstd, static_cast<const float*>(nullptr), M, N, inv_n, g.tpr));
          }));
   rr::Geo gs = g;
   gs.smem = 0;

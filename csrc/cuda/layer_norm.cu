@@ -641,7 +641,12 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // x 77.4, 2 + 1 77.0 / 77.2, 3 + 2 75.0, 6 + 5 (all that fits) 71.0 / 71.0 (the more in flight early, the slower, as
 // with L2 prefetches above); the pipelined kernel below with the row split over 4 clusters of 8 (128 SMs), the
 // clusters' totals exchanged through global memory (release / acquire tags), 61.7 / 63.0 (branch ln-parts): the
-// exchange's round trip sits between each row's passes.
+// exchange's round trip sits between each row's passes. Session 37 (H100, benchmarks/ln_long_probe.cu, the kernel alone,
+// % of copy): 73.3 as launched, 87.2-87.9 with no weight (the sums cost nothing): the weight's loads (ptxas issues each
+// slot's after the previous slot's multiply) are the loss. Held in shared memory for fp32 too (192 KB a CTA) every
+// variant ran 71-74, the one without a weight too: the larger carve-out leaves L1 60 KB instead of 124 KB for the
+// streamed loads (which may be what slowed session 36's staging too); op forward+backward 77.5 against 77.6. Pass 1
+// leaving g w in g's registers for pass 2 (branch ln-gw): 69.2, op 75.2.
 #ifndef MYOPS_LN_L2_NEXT
 #define MYOPS_LN_L2_NEXT 2
 #endif
