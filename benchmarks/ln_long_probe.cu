@@ -89,18 +89,16 @@ int main(int argc, char** argv) {
     printf("%-20s %8.1f us %8.1f GB/s %6.1f%% of copy\n", name, us, gbs, gbs / copy_gbs * 100);
   };
   const float inv_n = 1.f / N;
-  report("kernel, sums", timer.median_us([&] {
-           CK(rr::launch(g, grid, sums, nullptr, dx, (int64_t)N, ws, dy, (int64_t)N, x, (int64_t)N, mean, rstd, w, M,
-                         N, inv_n, g.tpr));
-         }));
-  report("kernel, no sums", timer.median_us([&] {
-           CK(rr::launch(g, grid, plain, nullptr, dx, (int64_t)N, static_cast<float*>(nullptr), dy, (int64_t)N, x,
-                         (int64_t)N, mean, rstd, w, M, N, inv_n, g.tpr));
-         }));
-  report("kernel, no weight", timer.median_us([&] {
-           CK(rr::launch(g, grid, plain, nullptr, dx, (int64_t)N, static_cast<float*>(nullptr), dy, (int64_t)N, x,
-                         (int64_t)N, mean, rstd, static_cast<const float*>(nullptr), M, N, inv_n, g.tpr));
-         }));
+  // one run of the long kernel (sums or plain) with the given dw/db workspace and weight (either may be null)
+  const auto run_long = [&](const char* name, decltype(sums) kernel, float* ws_, const float* w_) {
+    report(name, timer.median_us([&] {
+             CK(rr::launch(g, grid, kernel, nullptr, dx, (int64_t)N, ws_, dy, (int64_t)N, x, (int64_t)N, mean, rstd,
+                           w_, M, N, inv_n, g.tpr));
+           }));
+  };
+  run_long("kernel, sums", sums, ws, w);
+  run_long("kernel, no sums", plain, nullptr, w);
+  run_long("kernel, no weight", plain, nullptr, nullptr);
   rr::Geo gs = g;
   gs.smem = 0;
   const int64_t sgrid = rr::resident_grid(gs, stream_kernel<false>, M);
