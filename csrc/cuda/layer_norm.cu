@@ -650,6 +650,13 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 #ifndef MYOPS_LN_L2_NEXT
 #define MYOPS_LN_L2_NEXT 2
 #endif
+// How fp32 rows read the weight's slots (A/B, not yet measured): 0 one load per slot in each pass (ptxas issues each
+// after the previous slot's multiply: eight loaded L2 round trips a pass, Nsight Compute's stalls on the FMULs that
+// wait for them); 1 all slots' loads in flight at the start of each pass; 2 at the top of the row, with dy's and x's,
+// held through both passes (32 more registers); 3 the slots prefetched into L1 at the top of the row, then 0's loads.
+#ifndef MYOPS_LN_LONG_W
+#define MYOPS_LN_LONG_W 1
+#endif
 constexpr int kLongCta = 512;
 template <class T, int NS, bool AFF>
 __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
@@ -663,6 +670,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   constexpr bool PF = sizeof(T) == 2;
+  constexpr int WB = PF ? -1 : MYOPS_LN_LONG_W;  // 16-bit: the weight is in shared memory
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::ColSums<T, NS, 2, kLongCta> dwb(stage_smem);  // dw, db
@@ -681,16 +689,36 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rn = rr::row_or_last(r + l.step(), M);
     rows.begin(r, rn, N, l.t, tpr, zero);
+    rr::Regs<T, NS> wr;  // (WB 1, 2) the weight's slots
+    if (WB == 2 && hw) wr.load(w, N, l.t, tpr, zero);
+    if (WB == 3 && hw) {
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
+        if (c < N) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(w + c));
+      }
+    }
     const A mu = mu_n, rs = rs_n, nmr = -mu * rs;  // kFused: xh = fma(x, rs, -mu rs)
     mu_n = mean[rn];
     rs_n = rstd[rn];
     A sg = A(0), sgx = A(0);
+    if (WB == 1 && hw) wr.load(w, N, l.t, tpr, zero);
+    const auto weight = [&](int s, int c, A(&wv)[VEC]) {
+      if (PF) {
+        wsm.get(s, wv);
+      } else if (WB == 1 || WB == 2) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) wv[e] = wr.at(s, e);
+      } else {
+        rr::load_param(w, c, wv);
+      }
+    };
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
       if (c >= N) break;
       A wv[VEC], acc[2][VEC];  // acc: this slot's dw, db sums
-      if (hw) PF ? wsm.get(s, wv) : rr::load_param(w, c, wv);
+      if (hw) weight(s, c, wv);
       if (hws) dwb.load(s, acc);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -708,6 +736,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
     const Pair<A> tot = red.generic(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});  // (always a cluster)
     rows.mid(rn, r + l.step() < M, N, l.t, tpr);
     const A mg = tot.a * inv_n, mgx = tot.b * inv_n, c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
+    if (WB == 1 && hw) wr.load(w, N, l.t, tpr, zero);  // (L1 hits: pass 1 just read them)
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
@@ -715,7 +744,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
       A gv[VEC], xv[VEC], wv[VEC];
       g.fresh(s, gv);
       v.fresh(s, xv);
-      if (hw) PF ? wsm.get(s, wv) : rr::load_param(w, c, wv);
+      if (hw) weight(s, c, wv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const A gw = hw ? mul_rn(gv[e], wv[e]) : gv[e];
