@@ -653,7 +653,8 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // How fp32 rows read the weight's slots (A/B, not yet measured): 0 one load per slot in each pass (ptxas issues each
 // after the previous slot's multiply: eight loaded L2 round trips a pass, Nsight Compute's stalls on the FMULs that
 // wait for them); 1 all slots' loads in flight at the start of each pass; 2 at the top of the row, with dy's and x's,
-// held through both passes (32 more registers); 3 the slots prefetched into L1 at the top of the row, then 0's loads.
+// held through both passes (32 more registers); 3 the slots prefetched into L1 at the top of the row, then 0's loads;
+// 4 loaded once before the row loop and held in registers for every row (a CTA's columns are the same in each row).
 #ifndef MYOPS_LN_LONG_W
 #define MYOPS_LN_LONG_W 1
 #endif
@@ -686,10 +687,11 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   A mu_n = mean[rn], rs_n = rstd[rn];
   rr::BwdRows<T, NS, PF, PF ? 0 : MYOPS_LN_L2_NEXT> rows(dy, dys, x, xs, rn, N, l.t, tpr, zero);
   const rr::Regs<T, NS>&g = rows.g, &v = rows.v;
+  rr::Regs<T, NS> wr;  // (WB 1, 2, 4) the weight's slots
+  if (WB == 4 && hw) wr.load(w, N, l.t, tpr, zero);
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rn = rr::row_or_last(r + l.step(), M);
     rows.begin(r, rn, N, l.t, tpr, zero);
-    rr::Regs<T, NS> wr;  // (WB 1, 2) the weight's slots
     if (WB == 2 && hw) wr.load(w, N, l.t, tpr, zero);
     if (WB == 3 && hw) {
 #pragma unroll
@@ -706,7 +708,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
     const auto weight = [&](int s, int c, A(&wv)[VEC]) {
       if (PF) {
         wsm.get(s, wv);
-      } else if (WB == 1 || WB == 2) {
+      } else if (WB == 1 || WB == 2 || WB == 4) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) wv[e] = wr.at(s, e);
       } else {
