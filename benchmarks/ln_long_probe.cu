@@ -5,8 +5,8 @@
 // against the forward's 94. Each run reads dy and x and writes dx, [M, N] fp32, and is reported as % of the 1 GiB
 // copy by that traffic:
 //   kernel, sums:     rr_bwd_long_kernel as the launcher runs it (weight, dw and db sums);
-//   kernel, no sums:  the same with no parameter gradients (its general variant, ws null);
-//   kernel, no weight: the general variant with neither the sums nor the weight (no L2 loads of w);
+//   kernel, no sums:  the same with no parameter gradients (a frozen weight: K = 1, ws null);
+//   kernel, no weight: the general variant (K = 0) with neither the sums nor the weight (no L2 loads of w);
 //   stream:           the same grid and cluster geometry, each thread loading its 8 vectors of dy and x and writing
 //                     dx = dy + x: the ceiling of this layout without any reduction;
 //   stream + barrier: the same with one cluster barrier per row between the loads and the stores (the reduction's
@@ -75,7 +75,8 @@ int main(int argc, char** argv) {
   const double copy_gbs = timer.copy_gbs();
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  const auto sums = rr_bwd_long_kernel_for<float>(true, true), plain = rr_bwd_long_kernel_for<float>(true, false);
+  const auto sums = rr_bwd_long_kernel_for<float>(true, true), frozen = rr_bwd_long_kernel_for<float>(true, false),
+             plain = rr_bwd_long_kernel_for<float>(false, false);
   const int64_t grid = rr::resident_grid(g, sums, M);
   if (grid <= 0) {
     printf("no resident grid for the long kernel\n");
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
            }));
   };
   run_long("kernel, sums", sums, ws, w);
-  run_long("kernel, no sums", plain, nullptr, w);
+  run_long("kernel, no sums", frozen, nullptr, w);
   run_long("kernel, no weight", plain, nullptr, nullptr);
   rr::Geo gs = g;
   gs.smem = 0;

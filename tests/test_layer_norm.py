@@ -66,7 +66,7 @@ def test_row_lengths(device, dtype, shape):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("n", [37, 4096])
+@pytest.mark.parametrize("n", [37, 4096, 150001])  # 150001: the long-row backward's frozen-weight kernel (fp32)
 def test_frozen_weight(device, dtype, n):
     """A weight and bias that need no gradient (a frozen layer): the backward computes dx alone, with no weight-gradient
     workspace (the CPU kernel once wrote into the absent one)."""

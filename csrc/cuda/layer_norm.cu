@@ -635,7 +635,7 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // reduction is done (rr::BwdRows' L2, cp.async.bulk.prefetch.L2; no registers). Forward+backward at [256, 262144],
 // % of copy, none -> 2 slots: H200 65.6 / 65.5 -> 66.6 / 66.4, H100 74.5 -> 76.2 (1 slot 66.5 / 66.7, 4 66.0 / 66.1,
 // all 8 62.7 / 62.5; all 8 when the row's loads are issued: H100 65.0; rms_norm's long backward lost 0.6-1.7 points
-// on the H200 at 1 or 2 slots and takes none). -DMYOPS_LN_L2_NEXT=0 turns it off (A/B). AFF as rr_bwd_kernel.
+// on the H200 at 1 or 2 slots and takes none). -DMYOPS_LN_L2_NEXT=0 turns it off (A/B). K: rr_bwd_long_kernel_for.
 // Measured and not taken (session 36, H100, fp32 [256, 262144] forward+backward, this kernel 77.6-78.0): the next
 // row's first slots staged in shared memory by cp.async as soon as the current row's are taken, 1 + 1 slots of dy and
 // x 77.4, 2 + 1 77.0 / 77.2, 3 + 2 75.0, 6 + 5 (all that fits) 71.0 / 71.0 (the more in flight early, the slower, as
@@ -647,19 +647,25 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 // variant ran 71-74, the one without a weight too: the larger carve-out leaves L1 60 KB instead of 124 KB for the
 // streamed loads (which may be what slowed session 36's staging too); op forward+backward 77.5 against 77.6. Pass 1
 // leaving g w in g's registers for pass 2 (branch ln-gw): 69.2, op 75.2.
-#ifndef MYOPS_LN_L2_NEXT
-#define MYOPS_LN_L2_NEXT 2
-#endif
-// How fp32 rows read the weight's slots (A/B, not yet measured): 0 one load per slot in each pass (ptxas issues each
-// after the previous slot's multiply: eight loaded L2 round trips a pass, Nsight Compute's stalls on the FMULs that
-// wait for them); 1 all slots' loads in flight at the start of each pass; 2 at the top of the row, with dy's and x's,
-// held through both passes (32 more registers); 3 the slots prefetched into L1 at the top of the row, then 0's loads;
-// 4 loaded once before the row loop and held in registers for every row (a CTA's columns are the same in each row).
+// Session 38 (H100, the probe): ptxas issued each slot's weight load after the previous slot's multiply; with all eight
+// loads issued together at the start of each pass (pass 1's among the row's dy and x loads, pass 2's L1 hits) and the
+// next row's first slot asked of L2 (not 2), the kernel runs 85.1-86.3 (73.3-73.8 before). Measured, not taken: the
+// same with 2 slots 79.2-80.0; the weight held in registers from the row's top through both passes 81.1-82.3 (at 1
+// or 2 slots); an L1 prefetch of it at the row's top 73.1; loaded once before the row loop and held for every row
+// (24 bytes of spill) 79.3. Only kernels that know the weight is there take it (K 1, 2): with the weight tested at run
+// time ptxas spills (no weight 88.3 -> 73.9). The frozen-weight kernel (K 1, no sums) runs 81.1-81.2 at 2 L2 slots,
+// 79.0 at 1 (the generic kernel's per-slot loads: 72.6-73.9). -DMYOPS_LN_LONG_W=0 restores the per-slot loads;
+// -DMYOPS_LN_L2_NEXT=k sets every kernel's L2 slots (A/B).
 #ifndef MYOPS_LN_LONG_W
 #define MYOPS_LN_LONG_W 1
 #endif
+#ifdef MYOPS_LN_L2_NEXT
+template <int K> constexpr int kLongL2Next = MYOPS_LN_L2_NEXT;
+#else
+template <int K> constexpr int kLongL2Next = K == 2 && MYOPS_LN_LONG_W ? 1 : 2;
+#endif
 constexpr int kLongCta = 512;
-template <class T, int NS, bool AFF>
+template <class T, int NS, int K>
 __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ dx, int64_t dxs,         // [M, N]
                                                                acc_t<T>* __restrict__ ws,             // [2, owners, N]
                                                                const T* __restrict__ dy, int64_t dys,  // [M, N]
@@ -671,7 +677,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   constexpr bool PF = sizeof(T) == 2;
-  constexpr int WB = PF ? -1 : MYOPS_LN_LONG_W;  // 16-bit: the weight is in shared memory
+  constexpr bool WB = !PF && K && MYOPS_LN_LONG_W;  // the weight's slots loaded together (16-bit: shared memory)
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
   extern __shared__ __align__(16) unsigned char stage_smem[];
   const rr::ColSums<T, NS, 2, kLongCta> dwb(stage_smem);  // dw, db
@@ -679,36 +685,27 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
   const rr::Lane l(tpr);
   rr::RowReduce red(red_buf, tpr);
   const T zero = from_acc<T>(A(0));
-  const bool hw = AFF || w != nullptr, hws = AFF || ws != nullptr;
+  const bool hw = K || w != nullptr, hws = K == 2 || (!K && ws != nullptr);
   if (hws) dwb.zero();
   if (PF && hw) wsm.fill(w, N, l.t, tpr);
   // one row per cluster, every row live; the statistics are prefetched with the rows (rr::BwdRows)
   int64_t rn = rr::row_or_last(l.first(), M);
   A mu_n = mean[rn], rs_n = rstd[rn];
-  rr::BwdRows<T, NS, PF, PF ? 0 : MYOPS_LN_L2_NEXT> rows(dy, dys, x, xs, rn, N, l.t, tpr, zero);
+  rr::BwdRows<T, NS, PF, PF ? 0 : kLongL2Next<K>> rows(dy, dys, x, xs, rn, N, l.t, tpr, zero);
   const rr::Regs<T, NS>&g = rows.g, &v = rows.v;
-  rr::Regs<T, NS> wr;  // (WB 1, 2, 4) the weight's slots
-  if (WB == 4 && hw) wr.load(w, N, l.t, tpr, zero);
+  rr::Regs<T, NS> wr;  // (WB) the weight's slots
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rn = rr::row_or_last(r + l.step(), M);
     rows.begin(r, rn, N, l.t, tpr, zero);
-    if (WB == 2 && hw) wr.load(w, N, l.t, tpr, zero);
-    if (WB == 3 && hw) {
-#pragma unroll
-      for (int s = 0; s < NS; ++s) {
-        const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
-        if (c < N) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(w + c));
-      }
-    }
     const A mu = mu_n, rs = rs_n, nmr = -mu * rs;  // kFused: xh = fma(x, rs, -mu rs)
     mu_n = mean[rn];
     rs_n = rstd[rn];
     A sg = A(0), sgx = A(0);
-    if (WB == 1 && hw) wr.load(w, N, l.t, tpr, zero);
+    if (WB) wr.load(w, N, l.t, tpr, zero);
     const auto weight = [&](int s, int c, A(&wv)[VEC]) {
       if (PF) {
         wsm.get(s, wv);
-      } else if (WB == 1 || WB == 2 || WB == 4) {
+      } else if (WB) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) wv[e] = wr.at(s, e);
       } else {
@@ -738,7 +735,7 @@ __global__ void __launch_bounds__(kLongCta) rr_bwd_long_kernel(T* __restrict__ d
     const Pair<A> tot = red.generic(Pair<A>{sg, sgx}, rr::Sum{}, Pair<A>{A(0), A(0)});  // (always a cluster)
     rows.mid(rn, r + l.step() < M, N, l.t, tpr);
     const A mg = tot.a * inv_n, mgx = tot.b * inv_n, c2 = rs * rs * mgx, c0 = mu * c2 - rs * mg;
-    if (WB == 1 && hw) wr.load(w, N, l.t, tpr, zero);  // (L1 hits: pass 1 just read them)
+    if (WB) wr.load(w, N, l.t, tpr, zero);  // (L1 hits: pass 1 just read them)
 #pragma unroll
     for (int s = 0; s < NS; ++s) {
       const int c = rr::Regs<T, NS>::col(s, l.t, tpr);
@@ -972,8 +969,14 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
     return g;
   }
 }
+// K: 2 the weight and the dw/db sums (a training step's affine layer_norm), 1 the weight alone (a frozen layer; fp32,
+// whose batched weight loads need the weight known at compile time), 0 either tested at run time.
 template <class T> auto rr_bwd_long_kernel_for(bool w, bool ws) {
-  return w && ws ? rr_bwd_long_kernel<T, kLongNs<T>, true> : rr_bwd_long_kernel<T, kLongNs<T>, false>;
+  if (w && ws) return rr_bwd_long_kernel<T, kLongNs<T>, 2>;
+  if constexpr (sizeof(T) == 4) {
+    if (w) return rr_bwd_long_kernel<T, kLongNs<T>, 1>;
+  }
+  return rr_bwd_long_kernel<T, kLongNs<T>, 0>;
 }
 // rr_bwd_pipe_kernel's geometry (4 vectors per thread, a cluster of 2-16 CTAs of up to 512 threads) where the row
 // takes it (rp::takes; fp32 rows too: H200 forward+backward, % of copy, the register kernel -> the pipeline, N = 24576
