@@ -95,6 +95,10 @@ def rms_norm_eager(x, w, eps=1e-6):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.to(acc)).to(x.dtype)
 
 
+def layer_norm_eager(x, w, b):
+    return F.layer_norm(x, x.shape[-1:], w, b)
+
+
 def add_rms_norm_eager(x, r, w):
     s = x + r
     return rms_norm_eager(s, w), s
@@ -174,7 +178,10 @@ CASES = [
     Case("sum", unary, lambda x: ops.sum(x, -1), lambda x: x.sum(-1), variant="dim=-1"),
     Case("sum", unary, lambda x: ops.sum(x, 0), lambda x: x.sum(0), variant="dim=0"),
     Case("sum", unary, lambda x: ops.sum(x), lambda x: x.sum(), variant="dim=None"),
-    *row_cases("layer_norm", with_weight_bias, ops.layer_norm, lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b)),
+    *row_cases("layer_norm", with_weight_bias, ops.layer_norm, layer_norm_eager),
+    # a frozen affine (as in LoRA fine-tuning): x alone differentiated, so the backward computes no weight gradient
+    Case("layer_norm", with_weight_bias, ops.layer_norm, layer_norm_eager, backward=True, variant="frozen",
+         shape=(256, 262144), grad_inputs=(0,)),
     *row_cases("rms_norm", with_weight, ops.rms_norm, rms_norm_eager),
     # checked against float64: eager's bf16 gradient of s rounds the norm's part before adding grad_s (two roundings),
     # which put 1 element in 67M 0.012-0.016 away from myops' single rounding in about 1 run of 4 (the long-row
