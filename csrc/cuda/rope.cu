@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
   using Off = std::conditional_t<NARROW, uint32_t, int64_t>;
   const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= f.n) return;
-  const L2Hint hint = rope_hint(f.xpol), thint = rope_hint(f.tpol);
+  const L2Hint xhint = rope_hint(f.xpol), thint = rope_hint(f.tpol);
   const uint32_t r = f.by_nv(i), rest = f.by_inner(r), bb = f.by_outer(rest);
   const uint32_t ii = r - rest * f.inner, oo = rest - bb * f.outer;
   const Off b = bb, s = INNER_H ? oo : ii, hb = INNER_H ? ii : oo;
@@ -287,7 +287,7 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
     const Vec<T, VEC> c = load_vec<T, VEC>(cr + d, thint), sn = load_vec<T, VEC>(sr + d, thint);
     Vec<T, VEC> x[K];
 #pragma unroll
-    for (int k = 0; k < K; ++k) x[k] = load_vec<T, VEC>(a.x + (xrow + (hb + k * f.hk) * (Off)a.xH + d), hint);
+    for (int k = 0; k < K; ++k) x[k] = load_vec<T, VEC>(a.x + (xrow + (hb + k * f.hk) * (Off)a.xH + d), xhint);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       Vec<T, VEC> o;
@@ -303,8 +303,8 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const T* xr = a.x + (xrow + (hb + k * f.hk) * (Off)a.xH);
-      x[k] = load_vec<T, VEC>(xr + d, hint);
-      xp[k] = load_vec<T, VEC>(xr + dp, hint);
+      x[k] = load_vec<T, VEC>(xr + d, xhint);
+      xp[k] = load_vec<T, VEC>(xr + dp, xhint);
     }
     const bool minus = first != BWD;  // forward: out = x c - x' s in the first half; the backward flips the sign
 #pragma unroll
