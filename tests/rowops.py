@@ -3,6 +3,10 @@ kernel plan (a warp per row, a CTA per row, a cluster of CTAs per row, streaming
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -180,3 +184,20 @@ def check_non_finite(fn, eager_fn, inputs):
             ma, mb = getattr(a, kind)(), getattr(b, kind)()
             assert torch.equal(ma, mb), f"{what}: {kind} differs from eager in {int((ma != mb).sum())} elements " \
                                         f"(rows {sorted(set((ma != mb).nonzero()[:, 0].tolist()))})"
+
+
+# The backward kernel choices that MYOPS_ROW_PIPE_BWD makes (read once per process): 0 never the pipelined backward
+# (the register long kernel takes every row it applies to: on the H100 faster for layer_norm bf16 at N = 65536,
+# BENCHMARKS.md session 38), 2 the pipeline for every row it holds. The default is 1.
+PIPE_BWD_CHOICES = ["0", "2"]
+# The CUDA tests of long and clustered rows and frozen parameters: the rows those choices move between kernels.
+LONG_ROW_TESTS = "(long_rows or cluster_rows or frozen) and not kernel_choice"
+
+
+def run_tests_under(test_file: str, k_expr: str, env: dict[str, str]) -> None:
+    """The CUDA tests of test_file that k_expr selects, run by pytest in a subprocess under the MYOPS_ settings env
+    (knobs that each process reads once); fails with their report if any fails."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-m", "pytest", test_file, "-q", "-m", "cuda", "-p", "no:cacheprovider", "-k",
+                        k_expr], cwd=root, env=dict(os.environ, **env), capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, f"under {env}:\n{r.stdout[-4000:]}\n{r.stderr[-2000:]}"

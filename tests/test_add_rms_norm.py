@@ -7,8 +7,9 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, check_graph_replay,
-                    check_non_finite, non_finite_cases, non_finite_rows, param, run_case)
+from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, LONG_ROW_TESTS, MANY_ROWS, PIPE_BWD_CHOICES, ROW_SHAPES,
+                    SHORT_ROWS, check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows, param,
+                    run_case, run_tests_under)
 
 OP = torch.ops.myops.add_rms_norm.default
 
@@ -168,3 +169,11 @@ def test_non_finite_rows(device, dtype, shape):
     r = make_tensor(shape, dtype, device, seed=3)
     w = param(shape, dtype, device, True, 1)
     check_non_finite(lambda *a: ops.add_rms_norm(*a)[0], expression, [x, r, w])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("pipe", PIPE_BWD_CHOICES)
+def test_backward_kernel_choice(pipe):
+    """This file's long-row, cluster and frozen-parameter CUDA tests under MYOPS_ROW_PIPE_BWD={0, 2} (rowops): the
+    backward kernels the default leaves to other rows."""
+    run_tests_under(__file__, LONG_ROW_TESTS, {"MYOPS_ROW_PIPE_BWD": pipe})

@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
                     shapes)
-from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, MANY_ROWS, ROW_SHAPES, SHORT_ROWS, WARP_ROWS,
-                    check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows, padded_rows, param,
-                    run_case)
+from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, LONG_ROW_TESTS, MANY_ROWS, PIPE_BWD_CHOICES, ROW_SHAPES,
+                    SHORT_ROWS, WARP_ROWS, check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows,
+                    padded_rows, param, run_case, run_tests_under)
 
 OP = torch.ops.myops.layer_norm.default
 
@@ -206,3 +206,11 @@ def test_non_finite_rows(device, dtype, shape):
     w = param(shape, dtype, device, True, 1)
     b = param(shape, dtype, device, True, 2)
     check_non_finite(ops.layer_norm, eager, [x, w, b])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("pipe", PIPE_BWD_CHOICES)
+def test_backward_kernel_choice(pipe):
+    """This file's long-row, cluster and frozen-parameter CUDA tests under MYOPS_ROW_PIPE_BWD={0, 2} (rowops): the
+    backward kernels the default leaves to other rows."""
+    run_tests_under(__file__, LONG_ROW_TESTS, {"MYOPS_ROW_PIPE_BWD": pipe})
