@@ -621,41 +621,26 @@ __global__ void __launch_bounds__(NS > 1 ? 512 : 1024) rr_bwd_kernel(T* __restri
 }
 
 // Rows too long for rr_bwd_kernel's registers (its per-column sums and the next row's prefetch) that the pipelined
-// kernel below does not take (fp32 rows over 131072 elements; MYOPS_ROW_PIPE_BWD=0): kLongNs vectors
-// per thread (4 16-bit, 8 fp32) in CTAs of up to kLongCta threads of a cluster of up to 16 hold dy and x of a row
-// (262144 elements); the dw and db sums of a thread's columns live in its own shared-memory slots (rr::ColSums, no
-// barrier: each thread touches only its own), 128 KB per CTA, so one CTA runs per SM. 16-bit types also hold the next
-// row (PF), loaded before the current row's first pass, so HBM stays busy through that row's passes and cluster
-// reduction: without it each row's load latency and reduction left the SM idle (H200, bf16 [256, 262144]: 29% of
-// DRAM bandwidth, 3.8 of 9.8 cycles per issued instruction waiting on loads); and they hold the weight in shared
-// memory (rr::ColParam, 32 KB; H200 bf16 forward+backward, % of copy: N = 65536 61.0 -> 65.6, N = 262144 52.1 ->
-// 56.6, where its L2 loads each stalled their slot). fp32 rows (8 vectors of dy and x, 64 registers, no prefetch)
-// read the weight from L2: held in shared memory (64 KB beside the 128 KB of sums) it measured no faster (N = 262144,
-// 60.5 -> 60.3). fp32 rows ask L2 for the first 2 of the next row's 8 slots of dy and x once the current row's
-// reduction is done (rr::BwdRows' L2, cp.async.bulk.prefetch.L2; no registers). Forward+backward at [256, 262144],
-// % of copy, none -> 2 slots: H200 65.6 / 65.5 -> 66.6 / 66.4, H100 74.5 -> 76.2 (1 slot 66.5 / 66.7, 4 66.0 / 66.1,
-// all 8 62.7 / 62.5; all 8 when the row's loads are issued: H100 65.0; rms_norm's long backward lost 0.6-1.7 points
-// on the H200 at 1 or 2 slots and takes none). -DMYOPS_LN_L2_NEXT=0 turns it off (A/B). K: rr_bwd_long_kernel_for.
-// Measured and not taken (session 36, H100, fp32 [256, 262144] forward+backward, this kernel 77.6-78.0): the next
-// row's first slots staged in shared memory by cp.async as soon as the current row's are taken, 1 + 1 slots of dy and
-// x 77.4, 2 + 1 77.0 / 77.2, 3 + 2 75.0, 6 + 5 (all that fits) 71.0 / 71.0 (the more in flight early, the slower, as
-// with L2 prefetches above); the pipelined kernel below with the row split over 4 clusters of 8 (128 SMs), the
-// clusters' totals exchanged through global memory (release / acquire tags), 61.7 / 63.0 (branch ln-parts): the
-// exchange's round trip sits between each row's passes. Session 37 (H100, benchmarks/ln_long_probe.cu, the kernel alone,
-// % of copy): 73.3 as launched, 87.2-87.9 with no weight (the sums cost nothing): the weight's loads (ptxas issues each
-// slot's after the previous slot's multiply) are the loss. Held in shared memory for fp32 too (192 KB a CTA) every
-// variant ran 71-74, the one without a weight too: the larger carve-out leaves L1 60 KB instead of 124 KB for the
-// streamed loads (which may be what slowed session 36's staging too); op forward+backward 77.5 against 77.6. Pass 1
-// leaving g w in g's registers for pass 2 (branch ln-gw): 69.2, op 75.2.
-// Session 38 (H100, the probe): ptxas issued each slot's weight load after the previous slot's multiply; with all eight
-// loads issued together at the start of each pass (pass 1's among the row's dy and x loads, pass 2's L1 hits) and the
-// next row's first slot asked of L2 (not 2), the kernel runs 85.1-86.3 (73.3-73.8 before). Measured, not taken: the
-// same with 2 slots 79.2-80.0; the weight held in registers from the row's top through both passes 81.1-82.3 (at 1
-// or 2 slots); an L1 prefetch of it at the row's top 73.1; loaded once before the row loop and held for every row
-// (24 bytes of spill) 79.3. Only kernels that know the weight is there take it (K 1, 2): with the weight tested at run
-// time ptxas spills (no weight 88.3 -> 73.9). The frozen-weight kernel (K 1, no sums) runs 81.1-81.2 at 2 L2 slots,
-// 79.0 at 1 (the generic kernel's per-slot loads: 72.6-73.9). -DMYOPS_LN_LONG_W=0 restores the per-slot loads;
-// -DMYOPS_LN_L2_NEXT=k sets every kernel's L2 slots (A/B).
+// kernel below does not take (fp32 rows over 131072 elements; MYOPS_ROW_PIPE_BWD=0): kLongNs vectors per thread (4
+// 16-bit, 8 fp32) in CTAs of up to kLongCta threads of a cluster of up to 16 hold dy and x of a row (262144
+// elements); the dw and db sums of a thread's columns live in its own shared-memory slots (rr::ColSums, no barrier:
+// each thread touches only its own), 128 KB per CTA, so one CTA runs per SM. K: rr_bwd_long_kernel_for.
+// - 16-bit rows also hold the next row (PF), loaded before the current row's first pass, so that HBM stays busy
+//   through that row's passes and cluster reduction (without it, H200 bf16 [256, 262144]: 29% of DRAM bandwidth),
+//   and the weight in shared memory (rr::ColParam, 32 KB: its L2 loads each stalled their slot; H200 bf16
+//   forward+backward, % of copy, N = 65536 61.0 -> 65.6).
+// - fp32 rows (8 vectors of dy and x in 64 registers: no room for the next row) read the weight through L1, all eight
+//   slots' loads issued together at the start of each pass (WB; pass 1's go out with dy's and x's, pass 2's hit L1).
+//   Loaded a slot at a time, ptxas put each load after the previous slot's multiply: eight L2 round trips in a row
+//   under full DRAM load (H100, the kernel alone, benchmarks/ln_long_probe.cu: 73.3 -> 85.1-86.3% of copy; the op's
+//   forward+backward at [256, 262144] 77.7 -> 86.5). Held in shared memory (64 KB beside the sums) the weight costs
+//   L1 the room the streamed loads need (71-74). Only kernels that know at compile time that the weight is there
+//   batch its loads (K 1, 2): testing it at run time, ptxas spilled.
+// - fp32 rows ask L2 for the first slots of the next row's dy and x once the current row's reduction is done
+//   (rr::BwdRows' L2, cp.async.bulk.prefetch.L2; no registers): kLongL2Next, 1 with the dw/db sums, else 2. More in
+//   flight early measured slower, as did staging the next row's slots in shared memory by cp.async.
+// The measurements, and the variants not taken: BENCHMARKS.md sessions 10, 24 and 36-38. A/B switches:
+// -DMYOPS_LN_LONG_W=0 (the weight a slot at a time), -DMYOPS_LN_L2_NEXT=k (every kernel's L2 slots; 0 none).
 #ifndef MYOPS_LN_LONG_W
 #define MYOPS_LN_LONG_W 1
 #endif
