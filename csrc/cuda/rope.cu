@@ -241,24 +241,17 @@ struct FlatArgs {
   uint32_t nv, inner, outer;
   uint32_t hk;             // H / K: a thread's heads are hb + k * hk, k < K
   FastDiv by_nv, by_inner, by_outer;
-  uint8_t xpol, tpol;      // L2 policy of x's and of cos/sin's loads: 0 evict_unchanged, 1 evict_last, 2 evict_first
+  bool xlast, tlast;       // x's / cos and sin's loads under the L2 evict_last policy (common.cuh, l2_hint)
 };
 
 
-// An L2 policy by number: 0 evict_unchanged (a plain load), 1 evict_last, 2 evict_first.
-__device__ __forceinline__ L2Hint rope_hint(int pol) {
-  uint64_t a, b, c;
-  asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;" : "=l"(a));
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(b));
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(c));
-  return {pol == 1 ? b : pol == 2 ? c : a};
-}
-// MYOPS_ROPE_L2X / MYOPS_ROPE_L2T (0-2, rope_hint): x's / the tables' L2 policy instead of def (A/B; read once).
-int rope_l2(char which, int def) {
-  static const int x = rr::env_knob("MYOPS_ROPE_L2X", -1, [](int m) { return m >= -1 && m <= 2; });
-  static const int t = rr::env_knob("MYOPS_ROPE_L2T", -1, [](int m) { return m >= -1 && m <= 2; });
+// MYOPS_ROPE_L2X / MYOPS_ROPE_L2T (0 plain, 1 evict_last): x's / the tables' L2 policy instead of def (A/B; read
+// once).
+bool rope_l2_last(char which, bool def) {
+  static const int x = rr::env_knob("MYOPS_ROPE_L2X", -1, [](int m) { return m == 0 || m == 1; });
+  static const int t = rr::env_knob("MYOPS_ROPE_L2T", -1, [](int m) { return m == 0 || m == 1; });
   const int v = which == 'X' ? x : t;
-  return v >= 0 ? v : def;
+  return v >= 0 ? v == 1 : def;
 }
 
 // The flat kernel (16-byte layouts, every thread index under 2^31): one thread per 16-byte vector v of the output's
@@ -275,7 +268,7 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
   using Off = std::conditional_t<NARROW, uint32_t, int64_t>;
   const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
   if (i >= f.n) return;
-  const L2Hint xhint = rope_hint(f.xpol), thint = rope_hint(f.tpol);
+  const L2Hint xhint = l2_hint(f.xlast), thint = l2_hint(f.tlast);
   const uint32_t r = f.by_nv(i), rest = f.by_inner(r), bb = f.by_outer(rest);
   const uint32_t ii = r - rest * f.inner, oo = rest - bb * f.outer;
   const Off b = bb, s = INNER_H ? oo : ii, hb = INNER_H ? ii : oo;
@@ -365,10 +358,10 @@ template <class T, bool INTERLEAVED> int rope_flat_launch(const RopeArgs<T>& a, 
   // forward (backward alike), us, x evict_last -> plain: fp32 heads first 186.1 / 186.6 -> 177.5 (96.0 -> 100.7% of
   // copy; torch.compile 187.5, its backward 183.8), bf16 [S, H, D] 88.8 -> 86.9; not taken: fp32 [S, H, D] 179.0 ->
   // 179.7, bf16 heads first 87.7 -> 89.1. With the tables plain: fp32 heads first 185.2 (x plain), 193.1 (x last);
-  // x evict_first 183.5. MYOPS_ROPE_L2X / MYOPS_ROPE_L2T (0 plain, 1 evict_last, 2 evict_first) override (A/B).
+  // x evict_first (tables evict_last) 183.5. MYOPS_ROPE_L2X / MYOPS_ROPE_L2T override (A/B).
   const bool last = l2_last((int64_t)f.n * K * 16), x_plain = (sizeof(T) == 4) != inner_h;
-  f.xpol = (uint8_t)rope_l2('X', last && !x_plain ? 1 : 0);
-  f.tpol = (uint8_t)rope_l2('T', last ? 1 : 0);
+  f.xlast = rope_l2_last('X', last && !x_plain);
+  f.tlast = rope_l2_last('T', last);
   const unsigned blocks = (unsigned)ceil_div(f.n, kThreads);
   const auto go = [&](auto kernel) { kernel<<<blocks, kThreads, 0, stream>>>(a, f); };
   // (BWD, INNER_H, K, NARROW) as template arguments, one bit each
