@@ -187,8 +187,9 @@ def check_non_finite(fn, eager_fn, inputs):
 
 
 # The backward kernel choices that MYOPS_ROW_PIPE_BWD makes (read once per process): 0 never the pipelined backward
-# (the register long kernel takes every row it applies to: on the H100 faster for layer_norm bf16 at N = 65536,
-# BENCHMARKS.md session 38), 2 the pipeline for every row it holds. The default is 1.
+# (the register long kernel takes every row it applies to), 2 the pipeline for every row it holds. The default (1)
+# splits 16-bit rows between them by op, row length and device (rp::takes), so a test run on one device covers only
+# its own side: these two cover both kernels on every row.
 PIPE_BWD_CHOICES = ["0", "2"]
 # The CUDA tests of long and clustered rows and frozen parameters: the rows those choices move between kernels.
 LONG_ROW_TESTS = "(long_rows or cluster_rows or frozen) and not kernel_choice"

@@ -965,12 +965,13 @@ template <class T> auto rr_bwd_long_kernel_for(bool w, bool ws) {
 }
 // rr_bwd_pipe_kernel's geometry (4 vectors per thread, a cluster of 2-16 CTAs of up to 512 threads) where the row
 // takes it (rp::takes; fp32 rows too: H200 forward+backward, % of copy, the register kernel -> the pipeline, N = 24576
-// 73.7 -> 90.0, N = 32768 75.8 -> 85.3, N = 65536 80.9 -> 87.1), else none (also fp32 rows over 131072 elements).
+// 73.7 -> 90.0, N = 32768 75.8 -> 85.3, N = 65536 80.9 -> 87.1; on the H100 16-bit rows of up to 65536 elements keep
+// rr_bwd_long_kernel), else none (also fp32 rows over 131072 elements).
 template <class T> rr::Geo rr_bwd_pipe_geo(int64_t N, bool regs_hold) {
   if constexpr (sizeof(T) == 8) {
     return {};
   } else {
-    if (!rp::takes(regs_hold, N, sizeof(T), true)) return {};
+    if (!rp::takes(regs_hold, N, sizeof(T), true, 65536)) return {};
     rr::Geo g = rp::geometry(N, sizeof(T), kLongCta);
     if (g.ns) g.smem = LnFit<T, 4>::S::bytes();
     return g;

@@ -67,7 +67,7 @@ inline int target_tpr_bwd() {
 // kernel: layer_norm +1.1 / +3.2 at N = 24576 / 32768 but -8 at 65536; rms_norm -4.0 / -1.8, and -9.6 at 65536
 // before its long kernel held the weight in shared memory).
 // MYOPS_ROW_LONG_BWD=n instead takes the long kernel for rows of n elements or more, every type (tuning). Where the
-// pipelined kernels (rowpipe.cuh, rp::takes) hold such a row, they take it instead.
+// pipelined kernels (rowpipe.cuh) hold such a row and rp::takes gives it to them, they take it instead.
 inline bool long_bwd(bool regs_hold, int64_t N, int elem) {
   static const int from = env_knob("MYOPS_ROW_LONG_BWD", 0, [](int v) { return v > 0; });
   return !regs_hold || (from > 0 ? N >= from : elem == 2);

@@ -655,13 +655,14 @@ template <class T> rr::Geo rr_bwd_long_geo(int64_t N) {
 }
 // rr_bwd_pipe_kernel's geometry (4 vectors per thread, a cluster of 2-16 CTAs of up to 512 threads) where the row
 // takes it (rp::takes; fp32 rows the register kernel holds only for add_rms_norm: H200 forward+backward, % of copy,
-// the register kernel -> the pipeline at N = 65536, rms_norm 92.6 -> 88.5, add_rms_norm 105.8 -> 114.0), else none
-// (also fp32 rows over 131072 elements).
+// the register kernel -> the pipeline at N = 65536, rms_norm 92.6 -> 88.5, add_rms_norm 105.8 -> 114.0; on the H100
+// rms_norm's 16-bit rows keep rr_bwd_long_kernel, add_rms_norm's take the pipeline), else none (also fp32 rows over
+// 131072 elements).
 template <class T, bool ADD> rr::Geo rr_bwd_pipe_geo(int64_t N, bool regs_hold) {
   if constexpr (sizeof(T) == 8) {
     return {};
   } else {
-    if (!rp::takes(regs_hold, N, sizeof(T), ADD)) return {};
+    if (!rp::takes(regs_hold, N, sizeof(T), ADD, ADD ? 0 : INT64_MAX)) return {};
     rr::Geo g = rp::geometry(N, sizeof(T), kLongCta);
     if (g.ns) g.smem = RmsFit<T, 4>::S::bytes();
     return g;

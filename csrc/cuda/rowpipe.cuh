@@ -36,10 +36,16 @@ inline int pipe_mode() {
 // Whether a norm's backward takes its pipelined kernel (where that kernel's geometry holds the row): every row the
 // long kernel would take (rr::long_bwd: every 16-bit row over one CTA's 16384 elements, rows the register kernel
 // cannot hold, or MYOPS_ROW_LONG_BWD's), and fp32 rows that the register kernel holds where the op measured the
-// pipeline faster (fp32).
-inline bool takes(bool regs_hold, int64_t N, int elem, bool fp32) {
+// pipeline faster (fp32). On devices that are not dram_rich_sms (the H100), 16-bit rows of up to long16 elements
+// take rr_bwd_long_kernel instead, where the op measured it faster there (the pipeline was chosen on the H200 against
+// an older long kernel; H100, bf16 forward+backward, % of copy, pipeline -> long kernel, N = 24576 / 32768 / 49152 /
+// 65536 / 131072 / 262144: layer_norm 85.6 -> 88.6, 83.2 -> 85.9, 88.0 -> 88.8, 84.6 -> 86.5, 86.1 -> 85.7, 85.0 ->
+// 80.0; rms_norm 89.3 -> 91.4, 88.2 -> 90.2, 90.4 -> 93.1, 89.0 -> 90.7, 90.6 -> 91.2, 90.1 -> 90.8; add_rms_norm
+// 116.2 -> 107.1, ..., 114.0 -> 106.5).
+inline bool takes(bool regs_hold, int64_t N, int elem, bool fp32, int64_t long16) {
   const int m = pipe_mode();
   if (m != 1) return m == 2;
+  if (elem == 2 && N <= long16 && !dram_rich_sms()) return false;
   return rr::long_bwd(regs_hold, N, elem) || (elem == 4 && fp32);
 }
 // The pipelined kernels' geometry for a row of N (ns = 0: none): 4 vectors per thread in a cluster of 2-16 CTAs of up
