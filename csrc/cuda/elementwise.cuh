@@ -28,13 +28,9 @@
 namespace myops {
 
 constexpr int kEwThreads = 256;
-// The flat kernel's block: 128 threads for 16-bit types (tiles of 4096 elements, twice the blocks for the tail to
-// balance) and for fp32 of two inputs or more, 256 otherwise. H100, % of copy, 256 -> 128 threads for every type, two
-// rounds: bf16 forward+backward swiglu 98.6 -> 99.2, geglu 98.2 -> 98.9 (torch.compile 99.1), forwards within 0.3.
-// fp32 of two inputs takes Inductor's configuration, 128 threads of two 16-byte vectors per operand (flat_unroll):
-// ptxas then issues all 4 loads before the math, where the 4-vector body issued 3 of its 8 first and the rest between
-// the math (SASS). H100, clean flush, two rounds, % of copy: add, mul, swiglu, geglu forward 101.1-101.8 -> 102.8-103.0,
-// forward+backward 100.3-100.5 -> 101.0-101.2 (session 33).
+// The flat kernel's block: 128 threads for 16-bit types and for fp32 of two inputs or more (more, smaller blocks for
+// the tail to balance), 256 otherwise. H100, % of copy, 256 -> 128 threads for every type, two rounds: bf16
+// forward+backward swiglu 98.6 -> 99.2, geglu 98.2 -> 98.9 (torch.compile 99.1), forwards within 0.3.
 template <class T, class Op> constexpr int ew_flat_threads() {
   return sizeof(T) == 2 || (sizeof(T) == 4 && Op::NIN >= 2) ? 128 : 256;
 }
@@ -72,10 +68,28 @@ __device__ __forceinline__ void ew_flat_one(const EwArgs<Op::NIN, Op::NOUT>& a, 
   for (int k = 0; k < Op::NOUT; ++k) static_cast<T*>(a.out[k].ptr)[j] = y[k].v[0];
 }
 
-// Vectors per operand and thread in the flat kernel: 8 for one input (relu), 4 otherwise, so that every thread
-// keeps at least 8 independent 16-byte loads in flight; fp32 of two inputs or more, 2 (its block above).
+// Vectors per operand and thread in the flat kernel: 8 for one input (relu), so that every thread keeps 8
+// independent 16-byte loads in flight; for two inputs or more, 1 (blocks of 512 fp32 / 1024 16-bit elements, the
+// latter Inductor's; the two-input ops keep 2-3 loads of 16 bytes a thread in flight and rely on 16 resident blocks
+// per SM for the rest). H100, clean flush, % of copy, vectors 4 -> 1 (16-bit) and 2 -> 1 (fp32), each against
+// torch.compile in the same run (session 39):
+//   bf16 swiglu / geglu forward 103.4-103.6 / 103.4 -> 104.8-105.0 / 104.8-105.0 (compile 103.2-103.7),
+//        forward+backward 100.7-100.8 / 101.0-101.2 -> 101.6-102.0 / 101.6-102.1 (compile 100.9-101.5);
+//        2 vectors: 103.9 / 104.7, 100.8 / 99.9;
+//   fp32 add, mul, swiglu, geglu forward 103.4-103.5 -> 103.8-103.9 (compile 103.0-103.3), mul, swiglu, geglu
+//        forward+backward 101.7-101.8 -> 102.0-102.2 (compile 101.5-101.9).
+// The backward kernels (three inputs, two outputs) had lost about 1 us to Inductor's at 4 / 2 vectors (kernel times,
+// [16384, 4096]: bf16 220.4 against 219.3 us, fp32 436.2 against 434.9). Before (session 33), fp32's 4 -> 2 vectors:
+// forward 101.1-101.8 -> 102.8-103.0, forward+backward 100.3-100.5 -> 101.0-101.2.
+// MYOPS_EW_FLAT_U16 / MYOPS_EW_FLAT_U32=n: n for 16-bit / fp32 types of two inputs or more (A/B).
+#ifndef MYOPS_EW_FLAT_U16
+#define MYOPS_EW_FLAT_U16 1
+#endif
+#ifndef MYOPS_EW_FLAT_U32
+#define MYOPS_EW_FLAT_U32 1
+#endif
 template <class T, class Op> constexpr int flat_unroll() {
-  return Op::NIN == 1 ? 2 * kEwUnroll : sizeof(T) == 4 ? 2 : kEwUnroll;
+  return Op::NIN == 1 ? 2 * kEwUnroll : sizeof(T) == 4 ? MYOPS_EW_FLAT_U32 : MYOPS_EW_FLAT_U16;
 }
 
 template <class T, int VEC, class Op>
