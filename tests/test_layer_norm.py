@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
-                    shapes)
+from common import (DEVICES, DTYPES, LAYOUTS, TOL, check_compile, check_gradcheck, check_opcheck, make_tensor,
+                    raises, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, LONG_ROW_TESTS, MANY_ROWS, PIPE_BWD_CHOICES, ROW_SHAPES,
                     SHORT_ROWS, WARP_ROWS, check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows,
                     padded_rows, param, run_case, run_tests_under)
@@ -206,6 +206,24 @@ def test_non_finite_rows(device, dtype, shape):
     w = param(shape, dtype, device, True, 1)
     b = param(shape, dtype, device, True, 2)
     check_non_finite(ops.layer_norm, eager, [x, w, b])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n", [64, 1000, 5125])
+def test_cpu_backward_foreign_mean(dtype, n):
+    """The CPU backward recomputes each row's statistics from x and takes the saved mean only as a starting point
+    (csrc/cpu/layer_norm.c, ln_bwd_sums): a mean that is not the forward's (shifted, 0, NaN, inf) gives the same
+    gradients, within rounding."""
+    x = make_tensor((9, n), dtype, "cpu", seed=1) * 0.5 + 40
+    w, g = make_tensor((n,), dtype, "cpu", seed=2), make_tensor((9, n), dtype, "cpu", seed=3)
+    _, mean, rstd = OP(x, w, None, 1e-5)
+    want = torch.ops.myops.layer_norm_backward(g, x, mean, rstd, w, True, 1e-5)
+    rtol, atol = TOL[dtype]
+    for foreign in (mean + 5, torch.zeros_like(mean), torch.full_like(mean, float("nan")),
+                    torch.full_like(mean, float("inf"))):
+        got = torch.ops.myops.layer_norm_backward(g, x, foreign, rstd, w, True, 1e-5)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol * max(1.0, b.abs().max().item()))
 
 
 @pytest.mark.cuda

@@ -13,20 +13,32 @@ typedef struct {
   double mud, rsd;
   float hi, lo;
 } LnStats;
+/* The moments of a row about c: its mean mud = c + d and variance var. */
+typedef struct {
+  double mud, var, d;
+} LnMoments;
+MYOPS_CPU_HOT LnMoments ln_moments_f32(const float* xv, int64_t N, float c) {
+  double s1, s2;
+  myops_dev_moments_f(xv, N, c, &s1, &s2);
+  LnMoments m;
+  m.d = s1 / (double)N;
+  m.mud = (double)c + m.d;
+  m.var = (s2 - s1 * s1 / (double)N) / (double)N;
+  return m;
+}
+MYOPS_CPU_HOT LnStats ln_finish(LnMoments m, double eps) {
+  LnStats st;
+  st.mud = m.mud;
+  st.hi = (float)st.mud;
+  st.lo = (float)(st.mud - (double)st.hi);
+  st.rsd = 1.0 / sqrt((m.var < 0 ? 0 : m.var) + eps);
+  return st;
+}
 MYOPS_CPU_HOT LnStats ln_stats_f32(const float* xv, int64_t N, double eps) {
   const float k = N > 0 ? xv[0] : 0.f;
   const float c = (float)((double)k + myops_sum_devf_blocked(xv, N, k) / (double)N);
-  double s1, s2;
-  myops_dev_moments_f(xv, N, c, &s1, &s2);
-  LnStats st;
-  st.mud = (double)c + s1 / (double)N;
-  const double var = (s2 - s1 * s1 / (double)N) / (double)N;
-  st.hi = (float)st.mud;
-  st.lo = (float)(st.mud - (double)st.hi);
-  st.rsd = 1.0 / sqrt((var < 0 ? 0 : var) + eps);
-  return st;
+  return ln_finish(ln_moments_f32(xv, N, c), eps);
 }
-
 /* Rows stored in fp32 or narrower: elementwise in fp32 (sixteen lanes a vector; the fp64 form took 1.5-1.6x eager's
  * time), the row's sums in fp32 blocks added in fp64 (rows.h). */
 MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
@@ -82,39 +94,173 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
 }
 
 /* Rows of at least MYOPS_LN_BWD_F32_MIN_N (32) elements stored in fp32 or narrower: the backward elementwise in fp32,
- * its statistics as the forward's (ln_stats_f32), its row sums in fp32 blocks added in fp64, dw and db added
- * in fp64. Shorter rows keep the fp64 form below. The tests' rule (2x eager's error plus a floor), 600-900 random
- * calls per N of 1-17 rows, x scale 0.1-100, offset 0-1000, dy offset 0 or 100, with this form on every row: fp32
- * broke it at N = 2 (1 of 900 calls; session 24 saw 81 of 3000 rows) and came within 1.96x at N = 4; from N = 8 to
- * 65536 every error stayed under the floor, and so did every bf16 and fp16 one from N = 2. One thread, [1024, 1024],
- * backward alone, fp64 -> fp32 form: fp32 573-769 -> 409-479 us, bf16 615-771 -> 449-459. */
+ * its statistics recomputed as the forward's (about the forward's saved mean [M], fp32: ln_bwd_sums), its row sums in
+ * fp32 blocks added in fp64, dw and db in fp32 over blocks of rows added in fp64. Shorter rows keep the fp64 form
+ * below. The tests' rule (2x eager's error plus a floor), 600-900 random calls per N of 1-17 rows, x scale 0.1-100,
+ * offset 0-1000, dy offset 0 or 100, with this form on every row: fp32 broke it at N = 2 (1 of 900 calls; session 24
+ * saw 81 of 3000 rows) and came within 1.96x at N = 4; from N = 8 to 65536 every error stayed under the floor, and so
+ * did every bf16 and fp16 one from N = 2. One thread, [1024, 1024], backward alone, fp64 -> fp32 form: fp32 573-769
+ * -> 409-479 us, bf16 615-771 -> 449-459. Session 39 (the kernel alone, one thread, [1024, 1024], minimum of 200
+ * calls alternating with the former build, with / without dw and db): the dw and db terms summed in fp32 over 32 rows
+ * 432 / 318 -> 350 / 279 us (bf16 422 / 323 -> 341 / 312); the statistics about the saved mean and two passes
+ * -> 288 / 191 (288 / 233); eager's backward, through torch, about 350-430. */
 #ifndef MYOPS_LN_BWD_F32_MIN_N
 #define MYOPS_LN_BWD_F32_MIN_N 32
 #endif
+#ifndef MYOPS_LN_BWD_WS_ROWS
+#define MYOPS_LN_BWD_WS_ROWS 32
+#endif
+/* One pass over a row: xhat h = ((x - hi) - lo) * rs, with W the weight applied (gw = g * w, else g), the row's sums
+ * *sg = sum(gw) and *sgx = sum(gw * h) (MYOPS_SUMF2_BLOCKED's lanes, blocks and order: the same bits as that macro
+ * over the h of a separate pass), and with WS this block's dw and db terms (dwf += g * h, dbf += g). Called with
+ * constant W and WS, so that each call site compiles to its own loop. */
+MYOPS_CPU_HOT void ln_bwd_row_pass(const float* restrict xv, const float* restrict gv, const float* restrict wf,
+                                   float* restrict h, float* restrict dwf, float* restrict dbf, int64_t N, float hi,
+                                   float lo, float rs, int W, int WS, double* sg, double* sgx) {
+  double t1 = 0, t2 = 0;
+  for (int64_t b0 = 0; b0 < N; b0 += 1024) {
+    const int64_t e = b0 + 1024 < N ? b0 + 1024 : N;
+    float a1[32], a2[32];
+    for (int j = 0; j < 32; ++j) a1[j] = a2[j] = 0.f;
+#define LN_BWD_TERM(k, j)                          \
+  do {                                             \
+    const float hv = ((xv[k] - hi) - lo) * rs;     \
+    h[k] = hv;                                     \
+    if (WS) {                                      \
+      dwf[k] += gv[k] * hv;                        \
+      dbf[k] += gv[k];                             \
+    }                                              \
+    const float gw = W ? gv[k] * wf[k] : gv[k];    \
+    a1[j] += gw;                                   \
+    a2[j] += gw * hv;                              \
+  } while (0)
+    int64_t i = b0;
+    for (; i + 32 <= e; i += 32)
+      for (int j = 0; j < 32; ++j) LN_BWD_TERM(i + j, j);
+    for (int64_t k = i; k < e; ++k) LN_BWD_TERM(k, k - i);
+#undef LN_BWD_TERM
+    for (int s_ = 16; s_ > 0; s_ >>= 1)
+      for (int j = 0; j < s_; ++j) {
+        a1[j] += a1[j + s_];
+        a2[j] += a2[j + s_];
+      }
+    t1 += (double)a1[0];
+    t2 += (double)a2[0];
+  }
+  *sg = t1;
+  *sgx = t2;
+}
+/* The two-pass backward of a row whose saved mean c is near its mean. Pass 1 (ln_bwd_sums) sums, about c, in fp32
+ * blocks added in fp64: s[0] = sum(x - c), s[1] = sum((x - c)^2) (myops_dev_moments_f's lanes, blocks and order: the
+ * moments of ln_moments_f32 bit for bit), s[2] = sum(gw) and s[3] = sum(gw (x - c)), gw = g * w (W) or g. Then
+ * sum(gw * xhat) = rs (s[3] - d s[2]), d = mean - c: no cancellation, d being within a standard deviation (in
+ * practice within half an ulp of the mean). Pass 2 (ln_bwd_dx) forms xhat, dx and (WS) this block's dw and db terms.
+ * The three-pass form (statistics, then xhat with the row's sums, then dx) took 1.3-1.4x eager's time on fp32 rows. */
+MYOPS_CPU_HOT void ln_bwd_sums(const float* restrict xv, const float* restrict gv, const float* restrict wf, int64_t N,
+                               float c, int W, double s[4]) {
+  double t[4] = {0, 0, 0, 0};
+  for (int64_t b0 = 0; b0 < N; b0 += 1024) {
+    const int64_t e = b0 + 1024 < N ? b0 + 1024 : N;
+    float a1[32], a2[32], a3[32], a4[32];
+    for (int j = 0; j < 32; ++j) a1[j] = a2[j] = a3[j] = a4[j] = 0.f;
+#define LN_BWD_SUMS(k, j)                         \
+  do {                                            \
+    const float d_ = xv[k] - c;                   \
+    const float gw_ = W ? gv[k] * wf[k] : gv[k];  \
+    a1[j] += d_;                                  \
+    a2[j] += d_ * d_;                             \
+    a3[j] += gw_;                                 \
+    a4[j] += gw_ * d_;                            \
+  } while (0)
+    int64_t i = b0;
+    for (; i + 32 <= e; i += 32)
+      for (int j = 0; j < 32; ++j) LN_BWD_SUMS(i + j, j);
+    for (int64_t k = i; k < e; ++k) LN_BWD_SUMS(k, k - i);
+#undef LN_BWD_SUMS
+    for (int s_ = 16; s_ > 0; s_ >>= 1)
+      for (int j = 0; j < s_; ++j) {
+        a1[j] += a1[j + s_];
+        a2[j] += a2[j + s_];
+        a3[j] += a3[j + s_];
+        a4[j] += a4[j + s_];
+      }
+    t[0] += (double)a1[0];
+    t[1] += (double)a2[0];
+    t[2] += (double)a3[0];
+    t[3] += (double)a4[0];
+  }
+  for (int q = 0; q < 4; ++q) s[q] = t[q];
+}
+MYOPS_CPU_HOT void ln_bwd_dx(const float* restrict xv, const float* restrict gv, const float* restrict wf,
+                             float* restrict dv, float* restrict dwf, float* restrict dbf, int64_t N, float hi,
+                             float lo, float rs, float mg, float mgx, int W, int WS) {
+  for (int64_t i = 0; i < N; ++i) {
+    const float hv = ((xv[i] - hi) - lo) * rs;
+    const float gw = W ? gv[i] * wf[i] : gv[i];
+    dv[i] = rs * ((gw - mg) - hv * mgx);
+    if (WS) {
+      dwf[i] += gv[i] * hv;
+      dbf[i] += gv[i];
+    }
+  }
+}
 MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
-                                            const void* w, int64_t M, int64_t N, double eps, int dtype, int64_t es) {
-  float* buf = (float*)malloc((size_t)N * 4 * sizeof(float));
+                                            const float* mean, const void* w, int64_t M, int64_t N, double eps,
+                                            int dtype, int64_t es) {
+  float* buf = (float*)malloc((size_t)N * 6 * sizeof(float));
   if (buf == NULL) return MYOPS_EARG;
   float *xb = buf, *gb = buf + N, *h = buf + 2 * N, *wf = buf + 3 * N;  /* x, dy (then dx) rows; xhat; weight */
+  float *dwf = buf + 4 * N, *dbf = buf + 5 * N;  /* this block of rows' dw and db terms, summed in fp32 */
   if (w) myops_load_f32(dtype, w, 1, N, wf);
   for (int64_t r = 0; r < M; ++r) {
     const float* xv = myops_row_f32(&x, r, N, dtype, es, xb);
     const float* gv = myops_row_f32(&dy, r, N, dtype, es, gb);
-    const LnStats st = ln_stats_f32(xv, N, eps);
-    const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
-    for (int64_t i = 0; i < N; ++i) h[i] = ((xv[i] - hi) - lo) * rs;
-    if (ws) {
-      for (int64_t i = 0; i < N; ++i) ws[i] += (double)(gv[i] * h[i]);
-      for (int64_t i = 0; i < N; ++i) ws[N + i] += (double)gv[i];
+    /* dw and db: each column's terms of MYOPS_LN_BWD_WS_ROWS rows summed in fp32 (in row order), each block's sums
+     * added into ws in fp64. Adding every row's terms into ws in fp64 (a conversion and a read-modify-write of 16
+     * bytes per element) took half of this kernel's time (perf, 2 threads, fp32 [2048, 1024]). */
+    const int64_t k = r % MYOPS_LN_BWD_WS_ROWS;
+    if (ws && k == 0)
+      for (int64_t i = 0; i < 2 * N; ++i) dwf[i] = 0.f;
+    const float c = mean[r];
+    double s[4] = {0, 0, 0, 0};
+    LnMoments m = {0, 0, 0};
+    int near = isfinite(c);
+    if (near) {
+      if (w) ln_bwd_sums(xv, gv, wf, N, c, 1, s);
+      else ln_bwd_sums(xv, gv, wf, N, c, 0, s);
+      m.d = s[0] / (double)N;
+      m.mud = (double)c + m.d;
+      m.var = (s[1] - s[0] * s[0] / (double)N) / (double)N;
+      near = isfinite(m.mud) && m.d * m.d <= m.var;
     }
-    double sg, sgx;
-    if (w) MYOPS_SUMF2_BLOCKED(N, gv[k] * wf[k], gv[k] * wf[k] * h[k], sg, sgx);
-    else MYOPS_SUMF2_BLOCKED(N, gv[k], gv[k] * h[k], sg, sgx);
-    const float mg = (float)(sg / (double)N), mgx = (float)(sgx / (double)N);
-    float* dv = myops_out_row_f32(&dx, r, dtype, es, gb);  /* (gb: in place of dy, element by element) */
-    if (w) for (int64_t i = 0; i < N; ++i) dv[i] = rs * ((gv[i] * wf[i] - mg) - h[i] * mgx);
-    else for (int64_t i = 0; i < N; ++i) dv[i] = rs * ((gv[i] - mg) - h[i] * mgx);
-    myops_put_row_f32(&dx, r, N, dtype, es, dv, gb);
+    if (near) {
+      const LnStats st = ln_finish(m, eps);
+      const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
+      const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
+      float* dv = myops_out_row_f32(&dx, r, dtype, es, h);
+      if (w && ws) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 1);
+      else if (w) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 0);
+      else if (ws) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 1);
+      else ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 0);
+      myops_put_row_f32(&dx, r, N, dtype, es, dv, h);
+    } else {
+      /* a mean that did not come from this row's forward, or a row that is not finite: the statistics from the row
+       * alone (ln_stats_f32's two passes), then xhat with the row's sums, then dx */
+      const LnStats st = ln_stats_f32(xv, N, eps);
+      const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
+      double sg, sgx;
+      if (w && ws) ln_bwd_row_pass(xv, gv, wf, h, dwf, dbf, N, hi, lo, rs, 1, 1, &sg, &sgx);
+      else if (w) ln_bwd_row_pass(xv, gv, wf, h, dwf, dbf, N, hi, lo, rs, 1, 0, &sg, &sgx);
+      else if (ws) ln_bwd_row_pass(xv, gv, wf, h, dwf, dbf, N, hi, lo, rs, 0, 1, &sg, &sgx);
+      else ln_bwd_row_pass(xv, gv, wf, h, dwf, dbf, N, hi, lo, rs, 0, 0, &sg, &sgx);
+      const float mg = (float)(sg / (double)N), mgx = (float)(sgx / (double)N);
+      float* dv = myops_out_row_f32(&dx, r, dtype, es, gb);  /* (gb: in place of dy, element by element) */
+      if (w) for (int64_t i = 0; i < N; ++i) dv[i] = rs * ((gv[i] * wf[i] - mg) - h[i] * mgx);
+      else for (int64_t i = 0; i < N; ++i) dv[i] = rs * ((gv[i] - mg) - h[i] * mgx);
+      myops_put_row_f32(&dx, r, N, dtype, es, dv, gb);
+    }
+    if (ws && (k == MYOPS_LN_BWD_WS_ROWS - 1 || r == M - 1))
+      for (int64_t i = 0; i < 2 * N; ++i) ws[i] += (double)dwf[i];
   }
   free(buf);
   return MYOPS_OK;
@@ -124,12 +270,12 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
  * fp32: for short rows the terms of dx cancel (N = 2: dx = r * (g - mean(g)) * eps * r^2, a difference of terms of
  * size r * g), and x - mean(fp32) alone then cost up to 7x eager's error. */
 MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operand dy,
-                                                myops_operand x, const void* w, int64_t M, int64_t N, double eps,
-                                                int dtype) {
+                                                myops_operand x, const void* mean, const void* w, int64_t M,
+                                                int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   if (dtype != MYOPS_F64 && N >= MYOPS_LN_BWD_F32_MIN_N)
-    return layer_norm_bwd_f32(dx, ws, dy, x, w, M, N, eps, dtype, es);
+    return layer_norm_bwd_f32(dx, ws, dy, x, (const float*)mean, w, M, N, eps, dtype, es);
   const int64_t n1 = N > 0 ? N : 1;
   double* g = (double*)malloc((size_t)n1 * 3 * sizeof(double));
   if (g == NULL) return MYOPS_EARG;

@@ -10,8 +10,8 @@ using FwdCpu = int (*)(myops_out_operand, void*, void*, myops_operand, const voi
                        double, int);
 using FwdCuda = int (*)(myops_out_operand, void*, void*, myops_operand, const void*, const void*, int64_t, int64_t,
                         double, int, void*);
-using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, const void*, int64_t, int64_t,
-                       double, int);
+using BwdCpu = int (*)(myops_out_operand, double*, myops_operand, myops_operand, const void*, const void*, int64_t,
+                       int64_t, double, int);
 using BwdCuda = int (*)(myops_out_operand, void*, myops_operand, myops_operand, const void*, const void*,
                         const void*, int64_t, int64_t, double, int, void*);
 using WsCuda = int64_t (*)(myops_operand, myops_operand, const void*, int64_t, int64_t, int);
@@ -115,7 +115,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
   if (params_grad) ws = at::zeros({parts, 2, xv.N}, x.options().dtype(at::kDouble));
   myops::cpu_row_parts(xv.M, parts, op, [&](int64_t q, int64_t r0, int64_t r1) {
     return fn(myops::shifted(myops::out_rows(dx), r0, es), params_grad ? ws.data_ptr<double>() + q * 2 * xv.N : nullptr,
-              myops::shifted(gv.op, r0, es), myops::shifted(xv.op, r0, es), wp, r1 - r0, xv.N, eps, dtype);
+              myops::shifted(gv.op, r0, es), myops::shifted(xv.op, r0, es),
+              static_cast<const char*>(mu.data_ptr()) + r0 * mu.element_size(), wp, r1 - r0, xv.N, eps, dtype);
   });
   if (params_grad) {
     const at::Tensor tot = ws.sum(0);
