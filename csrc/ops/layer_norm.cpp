@@ -2,7 +2,8 @@
 // computed in fp32 (fp64 for fp64); mean and rstd [x.shape[:-1]] are saved for the backward pass.
 // myops::layer_norm_backward(grad, x, mean, rstd, weight?, params_grad, eps) -> (dx, dweight, dbias) (the parameter
 // gradients are [0] unless params_grad). eps is the forward's: the exact engines (CPU, and CUDA rows the register
-// path does not take) recompute mean and rstd in fp64 rather than read the rounded ones.
+// path does not take) recompute mean and rstd rather than read the rounded ones (the CPU's fp32 path sums about the
+// saved mean, falling back to the row alone where that mean is far from the row's or not finite).
 #include "common.h"
 
 namespace {
