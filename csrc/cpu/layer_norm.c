@@ -94,16 +94,17 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
 }
 
 /* Rows of at least MYOPS_LN_BWD_F32_MIN_N (32) elements stored in fp32 or narrower: the backward elementwise in fp32,
- * its statistics recomputed as the forward's (about the forward's saved mean [M], fp32: ln_bwd_sums), its row sums in
- * fp32 blocks added in fp64, dw and db in fp32 over blocks of rows added in fp64. Shorter rows keep the fp64 form
- * below. The tests' rule (2x eager's error plus a floor), 600-900 random calls per N of 1-17 rows, x scale 0.1-100,
- * offset 0-1000, dy offset 0 or 100, with this form on every row: fp32 broke it at N = 2 (1 of 900 calls; session 24
- * saw 81 of 3000 rows) and came within 1.96x at N = 4; from N = 8 to 65536 every error stayed under the floor, and so
- * did every bf16 and fp16 one from N = 2. One thread, [1024, 1024], backward alone, fp64 -> fp32 form: fp32 573-769
- * -> 409-479 us, bf16 615-771 -> 449-459. Session 39 (the kernel alone, one thread, [1024, 1024], minimum of 200
- * calls alternating with the former build, with / without dw and db): the dw and db terms summed in fp32 over 32 rows
- * 432 / 318 -> 350 / 279 us (bf16 422 / 323 -> 341 / 312); the statistics about the saved mean and two passes
- * -> 288 / 191 (288 / 233); eager's backward, through torch, about 350-430. */
+ * its statistics recomputed from x as the forward computes them, but summed about the forward's saved mean [M] (fp32;
+ * ln_bwd_sums: the bits may differ from the forward's by the sums' rounding), its row sums in fp32 blocks added in
+ * fp64, dw and db in fp32 over blocks of rows added in fp64. Shorter rows keep the fp64 form below. The tests' rule (2x
+ * eager's error plus a floor), 600-900 random calls per N of 1-17 rows, x scale 0.1-100, offset 0-1000, dy offset 0 or
+ * 100, with this form on every row: fp32 broke it at N = 2 (1 of 900 calls; session 24 saw 81 of 3000 rows) and came
+ * within 1.96x at N = 4; from N = 8 to 65536 every error stayed under the floor, and so did every bf16 and fp16 one
+ * from N = 2. One thread, [1024, 1024], backward alone, fp64 -> fp32 form: fp32 573-769 -> 409-479 us, bf16 615-771 ->
+ * 449-459. Session 39 (the kernel alone, one thread, [1024, 1024], minimum of 200 calls alternating with the former
+ * build, with / without dw and db): the dw and db terms summed in fp32 over 32 rows 432 / 318 -> 350 / 279 us (bf16 422
+ * / 323 -> 341 / 312); the statistics about the saved mean and two passes -> 288 / 191 (288 / 233); eager's backward,
+ * through torch, about 350-430. */
 #ifndef MYOPS_LN_BWD_F32_MIN_N
 #define MYOPS_LN_BWD_F32_MIN_N 32
 #endif
@@ -266,9 +267,10 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
   return MYOPS_OK;
 }
 
-/* The backward pass recomputes mean and rstd from x in fp64 instead of reading the forward's, which are rounded to
- * fp32: for short rows the terms of dx cancel (N = 2: dx = r * (g - mean(g)) * eps * r^2, a difference of terms of
- * size r * g), and x - mean(fp32) alone then cost up to 7x eager's error. */
+/* The backward pass recomputes mean and rstd from x instead of reading the forward's, which are rounded to fp32
+ * (in fp64 below; layer_norm_bwd_f32's rows in fp32 blocks added in fp64, about the saved mean): for short rows the
+ * terms of dx cancel (N = 2: dx = r * (g - mean(g)) * eps * r^2, a difference of terms of size r * g), and
+ * x - mean(fp32) alone then cost up to 7x eager's error. */
 MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operand dy,
                                                 myops_operand x, const void* mean, const void* w, int64_t M,
                                                 int64_t N, double eps, int dtype) {

@@ -9,8 +9,9 @@
 //               template <class C> __device__ void operator()(C (&out)[NOUT], const C (&in)[NIN]) const; };
 // evaluated in acc_t<T> (fp32 for half types).
 //
-// Two kernels, each thread with several independent 16-byte loads per operand in flight (its 64-bit address setup
-// paid once for all of them), looping if the grid had to be capped:
+// Two kernels, each thread with independent 16-byte loads of every operand in flight (several per operand where that
+// measured faster, flat_unroll / rows_unroll; its 64-bit address setup paid once for all of them), looping if the
+// grid had to be capped:
 //   flat: one row, every operand contiguous: tiles of blockDim * VEC * U elements;
 //   rows: [rows, cols] with row strides: threads across column vectors, U rows per step.
 #pragma once
@@ -81,7 +82,8 @@ __device__ __forceinline__ void ew_flat_one(const EwArgs<Op::NIN, Op::NOUT>& a, 
 // The backward kernels (three inputs, two outputs) had lost about 1 us to Inductor's at 4 / 2 vectors (kernel times,
 // [16384, 4096]: bf16 220.4 against 219.3 us, fp32 436.2 against 434.9). Before (session 33), fp32's 4 -> 2 vectors:
 // forward 101.1-101.8 -> 102.8-103.0, forward+backward 100.3-100.5 -> 101.0-101.2.
-// MYOPS_EW_FLAT_U16 / MYOPS_EW_FLAT_U32=n: n for 16-bit / fp32 types of two inputs or more (A/B).
+// fp64 (not measured) keeps 4. MYOPS_EW_FLAT_U16 / MYOPS_EW_FLAT_U32=n: n for 16-bit / fp32 types of two inputs or
+// more (A/B).
 #ifndef MYOPS_EW_FLAT_U16
 #define MYOPS_EW_FLAT_U16 1
 #endif
@@ -89,7 +91,8 @@ __device__ __forceinline__ void ew_flat_one(const EwArgs<Op::NIN, Op::NOUT>& a, 
 #define MYOPS_EW_FLAT_U32 1
 #endif
 template <class T, class Op> constexpr int flat_unroll() {
-  return Op::NIN == 1 ? 2 * kEwUnroll : sizeof(T) == 4 ? MYOPS_EW_FLAT_U32 : MYOPS_EW_FLAT_U16;
+  return Op::NIN == 1 || sizeof(T) == 8 ? (Op::NIN == 1 ? 2 : 1) * kEwUnroll
+                                        : sizeof(T) == 4 ? MYOPS_EW_FLAT_U32 : MYOPS_EW_FLAT_U16;
 }
 
 template <class T, int VEC, class Op>
