@@ -37,7 +37,8 @@ inline int pipe_mode() {
 // long kernel would take (rr::long_bwd: every 16-bit row over one CTA's 16384 elements, rows the register kernel
 // cannot hold, or MYOPS_ROW_LONG_BWD's), and fp32 rows that the register kernel holds where the op measured the
 // pipeline faster (fp32). On devices that are not dram_rich_sms (the H100), 16-bit rows of up to long16 elements
-// take rr_bwd_long_kernel instead, where the op measured it faster there (the pipeline was chosen on the H200 against
+// take rr_bwd_long_kernel instead (or, under a MYOPS_ROW_LONG_BWD that they are short of, the register kernel),
+// where the op measured it faster there (the pipeline was chosen on the H200 against
 // an older long kernel; H100, bf16 forward+backward, % of copy, pipeline -> long kernel, N = 24576 / 32768 / 49152 /
 // 65536 / 131072 / 262144: layer_norm 85.6 -> 88.6, 83.2 -> 85.9, 88.0 -> 88.8, 84.6 -> 86.5, 86.1 -> 85.7, 85.0 ->
 // 80.0; rms_norm 89.3 -> 91.4, 88.2 -> 90.2, 90.4 -> 93.1, 89.0 -> 90.7, 90.6 -> 91.2, 90.1 -> 90.8; add_rms_norm
