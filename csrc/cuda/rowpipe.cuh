@@ -177,10 +177,11 @@ template <class T, int NS, int CTA, int OPS, int STAGES> struct Pipe {
     for (int j = 0; j < STAGES && j < n; ++j) issue(j, base, rs, first + j * step, N, tpr);
   }
   // Every thread, the whole of a pipelined kernel's rows: thread 0 sets up the mbarriers and starts the first rows'
-  // copies, a cluster barrier, the row loop, a cluster barrier at exit. stats(r): row r's saved statistics (loaded two rows ahead, so that the loads' latency
-  // hides behind a pass); pass1(b, r, st) -> float2: row r's first pass over stage b, returning the thread's two
-  // partial sums (sent to the cluster); pass2(b, r, st, tot): row r's second pass, with the cluster's totals. Row
-  // j + 1's first pass runs before row j's second (its sums cross the cluster meanwhile).
+  // copies, a cluster barrier, the row loop, a cluster barrier at exit. stats(r): row r's saved statistics (loaded
+  // two rows ahead, so that the loads' latency hides behind a pass); pass1(b, r, st) -> float2: row r's first pass
+  // over stage b, returning the thread's two partial sums (sent to the cluster); pass2(b, r, st, tot): row r's second
+  // pass, with the cluster's totals. Row j + 1's first pass runs before row j's second (its sums cross the cluster
+  // meanwhile).
   template <class Red, class Stats, class Pass1, class Pass2>
   __device__ __forceinline__ void run(const T* const (&base)[OPS], const int64_t (&rs)[OPS], int64_t first,
                                       int64_t step, int64_t M, int N, int tpr, const Red& red, Stats stats,
