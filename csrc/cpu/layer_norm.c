@@ -34,10 +34,13 @@ MYOPS_CPU_HOT LnStats ln_finish(LnMoments m, double eps) {
   st.rsd = 1.0 / sqrt((m.var < 0 ? 0 : m.var) + eps);
   return st;
 }
-MYOPS_CPU_HOT LnStats ln_stats_f32(const float* xv, int64_t N, double eps) {
+/* A first estimate of a row's mean, from the deviations from its first element (one pass). */
+MYOPS_CPU_HOT float ln_center_f32(const float* xv, int64_t N) {
   const float k = N > 0 ? xv[0] : 0.f;
-  const float c = (float)((double)k + myops_sum_devf_blocked(xv, N, k) / (double)N);
-  return ln_finish(ln_moments_f32(xv, N, c), eps);
+  return (float)((double)k + myops_sum_devf_blocked(xv, N, k) / (double)N);
+}
+MYOPS_CPU_HOT LnStats ln_stats_f32(const float* xv, int64_t N, double eps) {
+  return ln_finish(ln_moments_f32(xv, N, ln_center_f32(xv, N)), eps);
 }
 /* Rows stored in fp32 or narrower: elementwise in fp32 (sixteen lanes a vector; the fp64 form took 1.5-1.6x eager's
  * time), the row's sums in fp32 blocks added in fp64 (rows.h). */
@@ -111,47 +114,8 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
 #ifndef MYOPS_LN_BWD_WS_ROWS
 #define MYOPS_LN_BWD_WS_ROWS 32
 #endif
-/* One pass over a row: xhat h = ((x - hi) - lo) * rs, with W the weight applied (gw = g * w, else g), the row's sums
- * *sg = sum(gw) and *sgx = sum(gw * h) (MYOPS_SUMF2_BLOCKED's lanes, blocks and order: the same bits as that macro
- * over the h of a separate pass), and with WS this block's dw and db terms (dwf += g * h, dbf += g). Called with
- * constant W and WS, so that each call site compiles to its own loop. */
-MYOPS_CPU_HOT void ln_bwd_row_pass(const float* restrict xv, const float* restrict gv, const float* restrict wf,
-                                   float* restrict h, float* restrict dwf, float* restrict dbf, int64_t N, float hi,
-                                   float lo, float rs, int W, int WS, double* sg, double* sgx) {
-  double t1 = 0, t2 = 0;
-  for (int64_t b0 = 0; b0 < N; b0 += 1024) {
-    const int64_t e = b0 + 1024 < N ? b0 + 1024 : N;
-    float a1[32], a2[32];
-    for (int j = 0; j < 32; ++j) a1[j] = a2[j] = 0.f;
-#define LN_BWD_TERM(k, j)                          \
-  do {                                             \
-    const float hv = ((xv[k] - hi) - lo) * rs;     \
-    h[k] = hv;                                     \
-    if (WS) {                                      \
-      dwf[k] += gv[k] * hv;                        \
-      dbf[k] += gv[k];                             \
-    }                                              \
-    const float gw = W ? gv[k] * wf[k] : gv[k];    \
-    a1[j] += gw;                                   \
-    a2[j] += gw * hv;                              \
-  } while (0)
-    int64_t i = b0;
-    for (; i + 32 <= e; i += 32)
-      for (int j = 0; j < 32; ++j) LN_BWD_TERM(i + j, j);
-    for (int64_t k = i; k < e; ++k) LN_BWD_TERM(k, k - i);
-#undef LN_BWD_TERM
-    for (int s_ = 16; s_ > 0; s_ >>= 1)
-      for (int j = 0; j < s_; ++j) {
-        a1[j] += a1[j + s_];
-        a2[j] += a2[j + s_];
-      }
-    t1 += (double)a1[0];
-    t2 += (double)a2[0];
-  }
-  *sg = t1;
-  *sgx = t2;
-}
-/* The two-pass backward of a row whose saved mean c is near its mean. Pass 1 (ln_bwd_sums) sums, about c, in fp32
+/* The two-pass backward of a row, about c: its saved mean where that is near its mean (else ln_center_f32's estimate,
+ * a pass more). Pass 1 (ln_bwd_sums) sums, about c, in fp32
  * blocks added in fp64: s[0] = sum(x - c), s[1] = sum((x - c)^2) (myops_dev_moments_f's lanes, blocks and order: the
  * moments of ln_moments_f32 bit for bit), s[2] = sum(gw) and s[3] = sum(gw (x - c)), gw = g * w (W) or g. Then
  * sum(gw * xhat) = rs (s[3] - d s[2]), d = mean - c: no cancellation, d being within a standard deviation (in
@@ -210,7 +174,7 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
                                             int dtype, int64_t es) {
   float* buf = (float*)malloc((size_t)N * 6 * sizeof(float));
   if (buf == NULL) return MYOPS_EARG;
-  float *xb = buf, *gb = buf + N, *h = buf + 2 * N, *wf = buf + 3 * N;  /* x, dy (then dx) rows; xhat; weight */
+  float *xb = buf, *gb = buf + N, *h = buf + 2 * N, *wf = buf + 3 * N;  /* x, dy rows; dx row; weight */
   float *dwf = buf + 4 * N, *dbf = buf + 5 * N;  /* this block of rows' dw and db terms, summed in fp32 */
   if (w) myops_load_f32(dtype, w, 1, N, wf);
   for (int64_t r = 0; r < M; ++r) {
@@ -222,44 +186,30 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
     const int64_t k = r % MYOPS_LN_BWD_WS_ROWS;
     if (ws && k == 0)
       for (int64_t i = 0; i < 2 * N; ++i) dwf[i] = 0.f;
-    const float c = mean[r];
+    /* The sums about the saved mean; where that mean is not within a standard deviation of the row's (it did not
+     * come from this row's forward) or not finite, about the row's own first estimate instead (ln_stats_f32's
+     * centre: one pass more). */
     double s[4] = {0, 0, 0, 0};
     LnMoments m = {0, 0, 0};
-    int near = isfinite(c);
-    if (near) {
+    for (int pass = 0; pass < 2; ++pass) {
+      const float c = pass == 0 ? mean[r] : ln_center_f32(xv, N);
+      if (pass == 0 && !isfinite(c)) continue;
       if (w) ln_bwd_sums(xv, gv, wf, N, c, 1, s);
       else ln_bwd_sums(xv, gv, wf, N, c, 0, s);
       m.d = s[0] / (double)N;
       m.mud = (double)c + m.d;
       m.var = (s[1] - s[0] * s[0] / (double)N) / (double)N;
-      near = isfinite(m.mud) && m.d * m.d <= m.var;
+      if (isfinite(m.mud) && m.d * m.d <= m.var) break;
     }
-    if (near) {
-      const LnStats st = ln_finish(m, eps);
-      const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
-      const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
-      float* dv = myops_out_row_f32(&dx, r, dtype, es, h);
-      if (w && ws) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 1);
-      else if (w) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 0);
-      else if (ws) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 1);
-      else ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 0);
-      myops_put_row_f32(&dx, r, N, dtype, es, dv, h);
-    } else {
-      /* a mean that did not come from this row's forward, or a row that is not finite: the statistics from the row
-       * alone (ln_stats_f32's two passes), then xhat with the row's sums, then dx */
-      const LnStats st = ln_stats_f32(xv, N, eps);
-      const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
-      double sg, sgx;
-      if (w && ws) ln_bwd_row_pass(xv, gv, wf, h, dwf, dbf, N, hi, lo, rs, 1, 1, &sg, &sgx);
-      else if (w) ln_bwd_row_pass(xv, gv, wf, h, dwf, dbf, N, hi, lo, rs, 1, 0, &sg, &sgx);
-      else if (ws) ln_bwd_row_pass(xv, gv, wf, h, dwf, dbf, N, hi, lo, rs, 0, 1, &sg, &sgx);
-      else ln_bwd_row_pass(xv, gv, wf, h, dwf, dbf, N, hi, lo, rs, 0, 0, &sg, &sgx);
-      const float mg = (float)(sg / (double)N), mgx = (float)(sgx / (double)N);
-      float* dv = myops_out_row_f32(&dx, r, dtype, es, gb);  /* (gb: in place of dy, element by element) */
-      if (w) for (int64_t i = 0; i < N; ++i) dv[i] = rs * ((gv[i] * wf[i] - mg) - h[i] * mgx);
-      else for (int64_t i = 0; i < N; ++i) dv[i] = rs * ((gv[i] - mg) - h[i] * mgx);
-      myops_put_row_f32(&dx, r, N, dtype, es, dv, gb);
-    }
+    const LnStats st = ln_finish(m, eps);
+    const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
+    const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
+    float* dv = myops_out_row_f32(&dx, r, dtype, es, h);
+    if (w && ws) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 1);
+    else if (w) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 0);
+    else if (ws) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 1);
+    else ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 0);
+    myops_put_row_f32(&dx, r, N, dtype, es, dv, h);
     if (ws && (k == MYOPS_LN_BWD_WS_ROWS - 1 || r == M - 1))
       for (int64_t i = 0; i < 2 * N; ++i) ws[i] += (double)dwf[i];
   }

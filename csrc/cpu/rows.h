@@ -120,11 +120,6 @@ MYOPS_CPU_HOT double myops_sumf(const float* v, int64_t n) { /* an fp32 row summ
   MYOPS_ROW_SUM(n, (double)v[k]);
   return myops_sum_result_;
 }
-MYOPS_CPU_HOT double myops_dotf(const float* a, const float* b, int64_t n) { /* products exact in fp64 */
-  double myops_sum_result_;
-  MYOPS_ROW_SUM(n, (double)a[k] * (double)b[k]);
-  return myops_sum_result_;
-}
 MYOPS_CPU_HOT double myops_sum_sq(const double* v, int64_t n) {
   double myops_sum_result_;
   MYOPS_ROW_SUM(n, v[k] * v[k]);

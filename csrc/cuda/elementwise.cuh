@@ -91,8 +91,8 @@ __device__ __forceinline__ void ew_flat_one(const EwArgs<Op::NIN, Op::NOUT>& a, 
 #define MYOPS_EW_FLAT_U32 1
 #endif
 template <class T, class Op> constexpr int flat_unroll() {
-  return Op::NIN == 1 || sizeof(T) == 8 ? (Op::NIN == 1 ? 2 : 1) * kEwUnroll
-                                        : sizeof(T) == 4 ? MYOPS_EW_FLAT_U32 : MYOPS_EW_FLAT_U16;
+  if (Op::NIN == 1) return 2 * kEwUnroll;
+  return sizeof(T) == 8 ? kEwUnroll : sizeof(T) == 4 ? MYOPS_EW_FLAT_U32 : MYOPS_EW_FLAT_U16;
 }
 
 template <class T, int VEC, class Op>
