@@ -474,25 +474,31 @@ __global__ void __launch_bounds__(kBwdThreads) rr_bwd_kernel(T* __restrict__ dx,
 constexpr int kScalarThreads = 1024;
 
 // Sums v (a thread's share) and n over the CTA, in a fixed order (deterministic); the totals are valid in thread 0.
+// Each warp's butterfly, then warp 0's over the warps' sums: the forward's loss waits on this after the row kernel's
+// end, where thread 0 adding the 32 warps' sums from shared memory in turn was a chain of 32 dependent loads and adds.
+// H100, [4096, 32000] forward, % of copy, chain -> butterfly (7 processes each, those whose host wait for the check
+// ran late aside): bf16 checked 93.2-93.8 -> 93.6-94.1, unchecked 92.7-93.5 -> 92.9-93.6; fp32 98.0-98.4 -> 98.2-98.5.
 template <class A> __device__ void cta_sum(A& v, long long& n) {
   __shared__ A sv[32];
   __shared__ long long sn[32];
+  const auto warp_sum = [&] {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    v += __shfl_xor_sync(0xffffffffu, v, o);
-    n += __shfl_xor_sync(0xffffffffu, n, o);
-  }
-  const int w = threadIdx.x / 32, nw = blockDim.x / 32;
-  if (threadIdx.x % 32 == 0) {
+    for (int o = 16; o > 0; o >>= 1) {
+      v += __shfl_xor_sync(0xffffffffu, v, o);
+      n += __shfl_xor_sync(0xffffffffu, n, o);
+    }
+  };
+  warp_sum();
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  if (lane == 0) {
     sv[w] = v;
     sn[w] = n;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int i = 1; i < nw; ++i) {
-      v += sv[i];
-      n += sn[i];
-    }
+  if (w == 0) {
+    v = lane < nw ? sv[lane] : A(0);
+    n = lane < nw ? sn[lane] : 0;
+    warp_sum();
   }
 }
 
