@@ -476,8 +476,8 @@ constexpr int kScalarThreads = 1024;
 // Sums v (a thread's share) and n over the CTA, in a fixed order (deterministic); the totals are valid in thread 0.
 // Each warp's butterfly, then warp 0's over the warps' sums: the forward's loss waits on this after the row kernel's
 // end, where thread 0 adding the 32 warps' sums from shared memory in turn was a chain of 32 dependent loads and adds.
-// H100, [4096, 32000] forward, % of copy, chain -> butterfly (7 processes each, those whose host wait for the check
-// ran late aside): bf16 checked 93.2-93.8 -> 93.6-94.1, unchecked 92.7-93.5 -> 92.9-93.6; fp32 98.0-98.4 -> 98.2-98.5.
+// H100, [4096, 32000] forward, % of copy, chain -> butterfly (6-13 processes each; those whose host wait for the check
+// ran late aside): bf16 checked 93.2-93.8 -> 93.8-94.1, unchecked 92.7-93.5 -> 92.9-93.6; fp32 98.0-98.4 -> 98.2-98.5.
 template <class A> __device__ void cta_sum(A& v, long long& n) {
   __shared__ A sv[32];
   __shared__ long long sn[32];
