@@ -1,7 +1,8 @@
 """A/B of one CPU kernel between two source trees, in one process: each tree's C file is compiled on its own with the
 kernel library's C flags (torch_ops_jit.Config), both are loaded with ctypes, and the kernel is called alternately
-from each (in blocks of a few calls), so that the VM's drift hits both sides alike (bench.py --device cpu's medians of 20 swing by up to 2x on the
-2-core VM). Prints the minimum time of each side and the largest difference between their outputs.
+from each (in blocks of a few calls), so that the VM's drift hits both sides alike (bench.py --device cpu's medians
+of 20 swing by up to 2x on the 2-core VM). Prints the minimum time of each side and the largest difference between
+their outputs (side outputs included: layer_norm's mean and rstd, its backward's dw/db workspace).
 
     PYTHONPATH=. python benchmarks/cpu_ab.py BASE_TREE NEW_TREE KERNEL [--shape 1024,1024] [--reps 200]
         [--dtypes fp32,bf16] [--cflags '-DMYOPS_ROW_SUM_LANES=8']
@@ -45,7 +46,7 @@ def rows_case(n_in: int, prep=None):
 
     def call(f, out, ins, M, N, code, ws):
         return f(operand(out), *[operand(t) for t in ins], M, N, code)
-    return [Operand] * (1 + n_in) + [C.c_int64, C.c_int64, C.c_int], make, call, False
+    return [Operand] * (1 + n_in) + [C.c_int64, C.c_int64, C.c_int], make, call, None
 
 
 def ln_bwd_case():
@@ -58,7 +59,20 @@ def ln_bwd_case():
         g, x, mean, w = ins
         return f(operand(out), ws.data_ptr(), operand(g), operand(x), mean.data_ptr(), w.data_ptr(), M, N, 1e-5, code)
     return ([Operand, C.c_void_p, Operand, Operand, C.c_void_p, C.c_void_p, C.c_int64, C.c_int64, C.c_double, C.c_int],
-            make, call, True)
+            make, call, lambda M, N: torch.zeros(2, N, dtype=torch.float64))
+
+
+def ln_fwd_case():
+    """myops_layer_norm_cpu(y, mean, rstd, x, w, b, M, N, eps, dtype); the side output holds mean and rstd."""
+    def make(M, N, dt):
+        return [torch.randn(M, N, dtype=dt) * 3 + 10, torch.randn(N, dtype=dt), torch.randn(N, dtype=dt)]
+
+    def call(f, out, ins, M, N, code, side):
+        x, w, b = ins
+        return f(operand(out), side[0].data_ptr(), side[1].data_ptr(), operand(x), w.data_ptr(), b.data_ptr(), M, N,
+                 1e-5, code)
+    return ([Operand, C.c_void_p, C.c_void_p, Operand, C.c_void_p, C.c_void_p, C.c_int64, C.c_int64, C.c_double,
+             C.c_int], make, call, lambda M, N: torch.zeros(2, M, dtype=torch.float32))
 
 
 def _softmax_out(ins):
@@ -69,12 +83,14 @@ def _log_softmax_out(ins):
     return [ins[0], torch.log_softmax(ins[1].float(), -1).to(ins[1].dtype)]
 
 
-# kernel -> (C file stem, argtypes, inputs maker, caller, needs a [2, N] fp64 workspace)
+# kernel -> (C file stem, argtypes, inputs maker, caller, maker of a side output (M, N) -> tensor, or None: the dw/db
+# workspace, mean and rstd; compared like the output)
 KERNELS = {
     "myops_softmax_cpu": ("softmax",) + rows_case(1),
     "myops_log_softmax_cpu": ("log_softmax",) + rows_case(1),
     "myops_softmax_backward_cpu": ("softmax",) + rows_case(2, _softmax_out),
     "myops_log_softmax_backward_cpu": ("log_softmax",) + rows_case(2, _log_softmax_out),
+    "myops_layer_norm_cpu": ("layer_norm",) + ln_fwd_case(),
     "myops_layer_norm_backward_cpu": ("layer_norm",) + ln_bwd_case(),
 }
 
@@ -99,7 +115,7 @@ def main():
     p.add_argument("--dtypes", default="fp32,bf16")
     p.add_argument("--cflags", default="", help="extra C flags for both builds")
     a = p.parse_args()
-    stem, argtypes, make, call, needs_ws = KERNELS[a.kernel]
+    stem, argtypes, make, call, side = KERNELS[a.kernel]
     M, N = (int(s) for s in a.shape.split(","))
     with tempfile.TemporaryDirectory() as d:
         fns = []
@@ -112,7 +128,7 @@ def main():
             dt, code = DTYPES[name]
             ins = make(M, N, dt)
             outs = [torch.empty(M, N, dtype=dt) for _ in fns]
-            wss = [torch.zeros(2, N, dtype=torch.float64) for _ in fns] if needs_ws else [None, None]
+            wss = [side(M, N) if side else None for _ in fns]
             best = [float("inf")] * 2
             for _ in range(max(1, a.reps // a.block)):
                 for i, f in enumerate(fns):
@@ -123,6 +139,8 @@ def main():
                         if rc:
                             raise SystemExit(f"{a.kernel} returned {rc}")
             diff = (outs[0].double() - outs[1].double()).abs().max().item()
+            if side:  # (a workspace sums every call's terms: both sides made the same calls)
+                diff = max(diff, (wss[0].double() - wss[1].double()).abs().max().item())
             print(f"{a.kernel} {name} [{M}, {N}]: base {best[0]:.0f} us, new {best[1]:.0f} us "
                   f"({best[1] / best[0]:.2f}x); max |new - base| {diff:.3g}")
 

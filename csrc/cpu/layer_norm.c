@@ -13,18 +13,21 @@ typedef struct {
   double mud, rsd;
   float hi, lo;
 } LnStats;
-/* The moments of a row about c: its mean mud = c + d and variance var. */
+/* The moments of a row about c: its mean mud = c + d and variance var, from s1 = sum(x - c), s2 = sum((x - c)^2). */
 typedef struct {
   double mud, var, d;
 } LnMoments;
-MYOPS_CPU_HOT LnMoments ln_moments_f32(const float* xv, int64_t N, float c) {
-  double s1, s2;
-  myops_dev_moments_f(xv, N, c, &s1, &s2);
+MYOPS_CPU_HOT LnMoments ln_moments(double s1, double s2, int64_t N, float c) {
   LnMoments m;
   m.d = s1 / (double)N;
   m.mud = (double)c + m.d;
   m.var = (s2 - s1 * s1 / (double)N) / (double)N;
   return m;
+}
+MYOPS_CPU_HOT LnMoments ln_moments_f32(const float* xv, int64_t N, float c) {
+  double s1, s2;
+  myops_dev_moments_f(xv, N, c, &s1, &s2);
+  return ln_moments(s1, s2, N, c);
 }
 MYOPS_CPU_HOT LnStats ln_finish(LnMoments m, double eps) {
   LnStats st;
@@ -115,46 +118,24 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
 #define MYOPS_LN_BWD_WS_ROWS 32
 #endif
 /* The two-pass backward of a row, about c: its saved mean where that is near its mean (else ln_center_f32's estimate,
- * a pass more). Pass 1 (ln_bwd_sums) sums, about c, in fp32
- * blocks added in fp64: s[0] = sum(x - c), s[1] = sum((x - c)^2) (myops_dev_moments_f's lanes, blocks and order: the
- * moments of ln_moments_f32 bit for bit), s[2] = sum(gw) and s[3] = sum(gw (x - c)), gw = g * w (W) or g. Then
- * sum(gw * xhat) = rs (s[3] - d s[2]), d = mean - c: no cancellation, d being within a standard deviation (in
- * practice within half an ulp of the mean). Pass 2 (ln_bwd_dx) forms xhat, dx and (WS) this block's dw and db terms.
+ * a pass more). Pass 1 (ln_bwd_sums) sums, about c, in fp32 blocks added in fp64 (MYOPS_SUMSF_BLOCKED):
+ * s[0] = sum(x - c), s[1] = sum((x - c)^2) (the moments of ln_moments_f32 bit for bit), s[2] = sum(gw) and
+ * s[3] = sum(gw (x - c)), gw = g * w (W) or g. Then sum(gw * xhat) = rs (s[3] - d s[2]), d = mean - c: no
+ * cancellation, d being within a standard deviation (in practice within half an ulp of the mean). Pass 2 (ln_bwd_dx) forms xhat, dx and (WS) this block's dw and db terms.
  * The three-pass form (statistics, then xhat with the row's sums, then dx) took 1.3-1.4x eager's time on fp32 rows. */
 MYOPS_CPU_HOT void ln_bwd_sums(const float* restrict xv, const float* restrict gv, const float* restrict wf, int64_t N,
                                float c, int W, double s[4]) {
-  double t[4] = {0, 0, 0, 0};
-  for (int64_t b0 = 0; b0 < N; b0 += 1024) {
-    const int64_t e = b0 + 1024 < N ? b0 + 1024 : N;
-    float a1[32], a2[32], a3[32], a4[32];
-    for (int j = 0; j < 32; ++j) a1[j] = a2[j] = a3[j] = a4[j] = 0.f;
-#define LN_BWD_SUMS(k, j)                         \
-  do {                                            \
-    const float d_ = xv[k] - c;                   \
-    const float gw_ = W ? gv[k] * wf[k] : gv[k];  \
-    a1[j] += d_;                                  \
-    a2[j] += d_ * d_;                             \
-    a3[j] += gw_;                                 \
-    a4[j] += gw_ * d_;                            \
+#define LN_BWD_TERMS                                \
+  do {                                              \
+    const float d_ = xv[k] - c;                     \
+    const float gw_ = W ? gv[k] * wf[k] : gv[k];    \
+    MYOPS_SUMF_TERM(0, d_);                         \
+    MYOPS_SUMF_TERM(1, d_ * d_);                    \
+    MYOPS_SUMF_TERM(2, gw_);                        \
+    MYOPS_SUMF_TERM(3, gw_ * d_);                   \
   } while (0)
-    int64_t i = b0;
-    for (; i + 32 <= e; i += 32)
-      for (int j = 0; j < 32; ++j) LN_BWD_SUMS(i + j, j);
-    for (int64_t k = i; k < e; ++k) LN_BWD_SUMS(k, k - i);
-#undef LN_BWD_SUMS
-    for (int s_ = 16; s_ > 0; s_ >>= 1)
-      for (int j = 0; j < s_; ++j) {
-        a1[j] += a1[j + s_];
-        a2[j] += a2[j + s_];
-        a3[j] += a3[j + s_];
-        a4[j] += a4[j + s_];
-      }
-    t[0] += (double)a1[0];
-    t[1] += (double)a2[0];
-    t[2] += (double)a3[0];
-    t[3] += (double)a4[0];
-  }
-  for (int q = 0; q < 4; ++q) s[q] = t[q];
+  MYOPS_SUMSF_BLOCKED(N, 4, LN_BWD_TERMS, s);
+#undef LN_BWD_TERMS
 }
 MYOPS_CPU_HOT void ln_bwd_dx(const float* restrict xv, const float* restrict gv, const float* restrict wf,
                              float* restrict dv, float* restrict dwf, float* restrict dbf, int64_t N, float hi,
@@ -196,9 +177,7 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
       if (pass == 0 && !isfinite(c)) continue;
       if (w) ln_bwd_sums(xv, gv, wf, N, c, 1, s);
       else ln_bwd_sums(xv, gv, wf, N, c, 0, s);
-      m.d = s[0] / (double)N;
-      m.mud = (double)c + m.d;
-      m.var = (s[1] - s[0] * s[0] / (double)N) / (double)N;
+      m = ln_moments(s[0], s[1], N, c);
       if (isfinite(m.mud) && m.d * m.d <= m.var) break;
     }
     const LnStats st = ln_finish(m, eps);

@@ -139,59 +139,45 @@ MYOPS_CPU_HOT double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
 /* Sums of fp32 terms at fp32 vector width: 32 running fp32 sums over blocks of 1024 elements (a fixed-order tree
  * at each block's end), each block's total added in fp64, so that fp32 rounding stays inside a block (at most 32
  * terms per running sum) while the adds run 16 lanes a vector instead of fp64's 8. The order is fixed, so the
- * result does not depend on the vector width. */
-#define MYOPS_SUMF_BLOCKED(n, term)                                                       \
+ * result does not depend on the vector width.
+ * MYOPS_SUMSF_BLOCKED: K (1-4) such sums in one pass, each in its own lanes, blocks and order (the same bits as K
+ * passes): ADD, a statement or expression of element k, adds its terms by MYOPS_SUMF_TERM(q, term) into sum q < K (q
+ * a literal); res[q] receives the totals. MYOPS_SUMF_BLOCKED: one sum, into myops_sum_result_. Each sum keeps its own
+ * named array: one [K][32] array measured 3-5% slower in layer_norm's forward and backward (the bits the same). */
+#define MYOPS_SUMF_TERM(q, term) (acc##q##_[j_] += (term))
+#define MYOPS_SUMSF_BLOCKED(n, K, ADD, res)                                               \
   do {                                                                                   \
-    double tot_ = 0;                                                                     \
+    _Static_assert((K) >= 1 && (K) <= 4, "one to four sums");                            \
+    double tot_[4] = {0, 0, 0, 0};                                                       \
     for (int64_t b_ = 0; b_ < (n); b_ += 1024) {                                         \
       const int64_t e_ = b_ + 1024 < (n) ? b_ + 1024 : (n);                              \
-      float acc_[32];                                                                    \
-      for (int j_ = 0; j_ < 32; ++j_) acc_[j_] = 0.f;                                    \
+      float acc0_[32], acc1_[32], acc2_[32], acc3_[32];  /* (those past K: dead code) */ \
+      for (int j_ = 0; j_ < 32; ++j_) acc0_[j_] = acc1_[j_] = acc2_[j_] = acc3_[j_] = 0.f; \
       int64_t i = b_;                                                                    \
       for (; i + 32 <= e_; i += 32)                                                      \
         for (int j_ = 0; j_ < 32; ++j_) {                                                \
           const int64_t k = i + j_;                                                      \
-          acc_[j_] += (term);                                                            \
-        }                                                                                \
-      for (int64_t k = i; k < e_; ++k) acc_[k - i] += (term);                            \
-      for (int s_ = 16; s_ > 0; s_ >>= 1)                                                \
-        for (int j_ = 0; j_ < s_; ++j_) acc_[j_] += acc_[j_ + s_];                       \
-      tot_ += (double)acc_[0];                                                           \
-    }                                                                                    \
-    myops_sum_result_ = tot_;                                                           \
-  } while (0)
-
-/* Two MYOPS_SUMF_BLOCKED sums in one pass (into r1, r2): each in its own lanes, blocks and order, so the same bits as
- * two such passes. */
-#define MYOPS_SUMF2_BLOCKED(n, term1, term2, r1, r2)                                      \
-  do {                                                                                   \
-    double t1_ = 0, t2_ = 0;                                                             \
-    for (int64_t b_ = 0; b_ < (n); b_ += 1024) {                                         \
-      const int64_t e_ = b_ + 1024 < (n) ? b_ + 1024 : (n);                              \
-      float a1_[32], a2_[32];                                                            \
-      for (int j_ = 0; j_ < 32; ++j_) a1_[j_] = a2_[j_] = 0.f;                           \
-      int64_t i = b_;                                                                    \
-      for (; i + 32 <= e_; i += 32)                                                      \
-        for (int j_ = 0; j_ < 32; ++j_) {                                                \
-          const int64_t k = i + j_;                                                      \
-          a1_[j_] += (term1);                                                            \
-          a2_[j_] += (term2);                                                            \
+          ADD;                                                                           \
         }                                                                                \
       for (int64_t k = i; k < e_; ++k) {                                                 \
-        a1_[k - i] += (term1);                                                           \
-        a2_[k - i] += (term2);                                                           \
+        const int64_t j_ = k - i;                                                        \
+        ADD;                                                                             \
       }                                                                                  \
       for (int s_ = 16; s_ > 0; s_ >>= 1)                                                \
         for (int j_ = 0; j_ < s_; ++j_) {                                                \
-          a1_[j_] += a1_[j_ + s_];                                                       \
-          a2_[j_] += a2_[j_ + s_];                                                       \
+          acc0_[j_] += acc0_[j_ + s_];                                                   \
+          if ((K) > 1) acc1_[j_] += acc1_[j_ + s_];                                      \
+          if ((K) > 2) acc2_[j_] += acc2_[j_ + s_];                                      \
+          if ((K) > 3) acc3_[j_] += acc3_[j_ + s_];                                      \
         }                                                                                \
-      t1_ += (double)a1_[0];                                                             \
-      t2_ += (double)a2_[0];                                                             \
+      tot_[0] += (double)acc0_[0];                                                       \
+      tot_[1] += (double)acc1_[0];                                                       \
+      tot_[2] += (double)acc2_[0];                                                       \
+      tot_[3] += (double)acc3_[0];                                                       \
     }                                                                                    \
-    (r1) = t1_;                                                                          \
-    (r2) = t2_;                                                                          \
+    for (int q_ = 0; q_ < (K); ++q_) (res)[q_] = tot_[q_];                               \
   } while (0)
+#define MYOPS_SUMF_BLOCKED(n, term) MYOPS_SUMSF_BLOCKED(n, 1, MYOPS_SUMF_TERM(0, term), &myops_sum_result_)
 
 /* sum of (v - c) and of (v - c)^2: with c near the row's values (its first element for the first, its mean for
  * the second) each fp32 term is small and x - c exact (Sterbenz), so that the blocks' fp32 rounding is relative to
@@ -206,7 +192,10 @@ MYOPS_CPU_HOT double myops_sum_devf_blocked(const float* v, int64_t n, float c) 
  * (One helper for both passes, the squares skipped by a null s2, made layer_norm's bf16 forward about 2x slower on
  * the 2-core Zen 4 VM, [4096, 4096]: 6.5-7.0 -> 12.6-13.9 ms, fp32 unchanged; hence two loops.) */
 MYOPS_CPU_HOT void myops_dev_moments_f(const float* v, int64_t n, float c, double* s1, double* s2) {
-  MYOPS_SUMF2_BLOCKED(n, v[k] - c, (v[k] - c) * (v[k] - c), *s1, *s2);
+  double s[2];
+  MYOPS_SUMSF_BLOCKED(n, 2, (MYOPS_SUMF_TERM(0, v[k] - c), MYOPS_SUMF_TERM(1, (v[k] - c) * (v[k] - c))), s);
+  *s1 = s[0];
+  *s2 = s[1];
 }
 
 /* max over v[0, n), NaN skipped (-inf for n = 0 or all NaN). The order does not matter for a maximum; the pragma
