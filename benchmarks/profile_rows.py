@@ -37,6 +37,8 @@ RUN = {
     "rms_norm_compile": torch.compile(
         lambda: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)),
     "layer_norm_compile": torch.compile(lambda: F.layer_norm(x, x.shape[-1:], w, w)),
+    "sum": lambda: ops.sum(x, -1),
+    "sum_compile": torch.compile(lambda: x.sum(-1)),
 }
 if x.dim() == 3:  # rope: x [S, H, D] (MYOPS_PROF_SHAPE=16384,32,128), cos/sin [S, D] of random angles
     theta = torch.randn(shape[0], shape[2], device="cuda") * 3

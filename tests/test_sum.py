@@ -70,9 +70,10 @@ def test_long_column_sum_of_a_slice(device, dtype, cols):
 
 
 # Row lengths of exactly one pass of the CUDA row kernel's loads (4 16-byte vectors for each of 32-256 threads), which
-# take its straight-line kernel (sum_full_rows_kernel).
+# take its straight-line kernel (sum_full_rows_kernel), or at 256 threads (fp32 4096, 16-bit 8192, fp64 2048) the
+# same pass over 512 threads (sum_wide_rows_kernel).
 FULL_PASS = {torch.float32: [512, 1024, 2048, 4096], torch.bfloat16: [1024, 2048, 4096, 8192],
-             torch.float16: [1024, 8192]}
+             torch.float16: [1024, 8192], torch.float64: [1024, 2048]}
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -81,7 +82,7 @@ FULL_PASS = {torch.float32: [512, 1024, 2048, 4096], torch.bfloat16: [1024, 2048
 def test_full_pass_rows(device, dtype, sliced):
     """Rows of one pass of the row kernel's loads, 37 of them (a partial last CTA of rows at every thread count),
     contiguous or a column slice (row stride K + 64); on the GPU also the same bits as the general row kernel
-    (MYOPS_SUM_FULL=0, read once per process: a subprocess)."""
+    (MYOPS_SUM_FULL=0, read once per process: a subprocess), for the straight-line and the 512-thread kernels."""
     xs = []
     for k in FULL_PASS[dtype]:
         x = make_tensor((37, k + 64 if sliced else k), dtype, device, seed=k)
@@ -104,7 +105,7 @@ torch.save([ops.sum(x.cuda(), -1).cpu() for x in xs], sys.argv[2])
                            timeout=900)
         assert r.returncode == 0, r.stderr[-3000:]
         for x, out, ref in zip(xs, outs, torch.load(os.path.join(d, "out.pt"))):
-            assert torch.equal(out.cpu(), ref), f"K = {x.shape[1]}: the straight-line kernel's bits differ"
+            assert torch.equal(out.cpu(), ref), f"K = {x.shape[1]}: the straight-line / 512-thread kernel's bits differ"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -177,6 +177,13 @@ __device__ __forceinline__ L2Hint l2_hint(bool last) {
   asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;" : "=l"(b));
   return {last ? a : b};
 }
+// evict_first: for a read-only stream that nothing reads again (a plain reduction's input), whose lines then leave
+// L2 before the lines around them.
+__device__ __forceinline__ L2Hint l2_first() {
+  uint64_t a;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(a));
+  return {a};
+}
 struct NoHint {};  // a plain load
 __device__ __forceinline__ uint4 ld16(const void* p, NoHint) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint4 ld16(const void* p, L2Hint h) {

@@ -7,7 +7,9 @@
 //         with 4 16-byte loads each, so one pass of loads in flight reads it (rows longer than 256 threads' pass
 //         loop, and split over blocks above 16k elements); warp shuffles, plus one shared-memory step when a row
 //         spans warps. Several rows per 256-thread block when tpr < 256.
-//         Rows of exactly one such pass take a straight-line copy of it (sum_full_rows_kernel, same bits).
+//         Rows of exactly one such pass take a straight-line copy of it (sum_full_rows_kernel, same bits); those of
+//         256 threads (fp32 K = 4096, 16-bit 8192, fp64 2048) spread it over 512 threads (sum_wide_rows_kernel, same
+//         bits). Both load under L2 evict_first: nothing reads the row again.
 //   cols: sK != 1 (e.g. bias gradients, reduce over leading dims): each lane owns VEC consecutive m (16-byte
 //         loads across the warp when sM == 1, four in flight), the 8 warps of a block take interleaved k, shared
 //         memory combines.
@@ -146,21 +148,23 @@ __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,
 // the row kernel's 64-bit loop bounds and tail held it to 40-48 registers, 5-6 CTAs. The same additions in the same
 // order as the row kernel's one pass (the same bits). H100, sum(dim=-1) at [16384, 4096], % of copy, two rounds
 // against the row kernel (MYOPS_SUM_FULL=0): bf16 94.2 / 94.1 -> 95.1 / 95.2, fp32 100.1 / 100.3 -> 100.3 / 100.3.
+// The loads take the L2 evict_first policy (MYOPS_SUM_FIRST, below).
 template <class T, int VEC, int TPR>
 __global__ void __launch_bounds__(kThreads, 8) sum_full_rows_kernel(T* __restrict__ out,        // [M]
                                                                     const T* __restrict__ x,  // [M, K], sK == 1
-                                                                    int64_t M, int64_t sM) {
+                                                                    int64_t M, int64_t sM, bool first) {
   using A = acc_t<T>;
   static_assert(TPR >= 32 && TPR <= kThreads, "a warp never spans two rows");
   __shared__ A smem[kThreads / 32];
   const int64_t m = (int64_t)blockIdx.x * (kThreads / TPR) + threadIdx.x / TPR;
   const int lane = threadIdx.x % TPR;
+  const L2Hint h = first ? l2_first() : l2_hint(false);
   A acc[kRowLoads] = {A(0), A(0), A(0), A(0)};
   if (m < M) {
-    const Vec<T, VEC>* row = reinterpret_cast<const Vec<T, VEC>*>(x + m * sM) + lane;
+    const T* row = x + m * sM + (int64_t)lane * VEC;
     Vec<T, VEC> v[kRowLoads];
 #pragma unroll
-    for (int u = 0; u < kRowLoads; ++u) v[u] = row[u * TPR];
+    for (int u = 0; u < kRowLoads; ++u) v[u] = load_vec<T, VEC>(row + u * TPR * VEC, h);
 #pragma unroll
     for (int u = 0; u < kRowLoads; ++u)
 #pragma unroll
@@ -176,6 +180,46 @@ __global__ void __launch_bounds__(kThreads, 8) sum_full_rows_kernel(T* __restric
     }
   }
   if (m < M && lane == 0) out[m] = from_acc<T>(s);
+}
+
+// Rows of one pass at 256 threads (fp32 K = 4096, 16-bit 8192) over 512 threads of 2 vectors each, one row per CTA:
+// thread l < 256 holds the full kernel's slots 0 and 1 of lane l, thread l + 256 its slots 2 and 3, whose sum it
+// hands over through shared memory; from there the full kernel's steps (the same bits). H100, sum(dim=-1) fp32
+// [16384, 4096], % of copy, two rounds each (probe kernels, session 41): 256 threads of 4 vectors 100.1 / 100.2,
+// with evict_first 100.5 / 100.7; 512 of 2 101.1 / 101.2, with evict_first 101.7 / 101.9 (torch.compile, whose
+// triton_red kernel runs 512 threads at 18 registers under evict_first: 101.4 / 101.4); 1024 of 1 96.2 / 96.5
+// (evict_first 91.3 / 90.9); 512 threads of one vector in a loop of two (as triton_red) 99.5 / 99.8 (evict_first
+// 99.9 / 99.9).
+template <class T, int VEC>
+__global__ void __launch_bounds__(2 * kThreads, 4) sum_wide_rows_kernel(T* __restrict__ out,        // [M]
+                                                                       const T* __restrict__ x,  // [M, K], sK == 1
+                                                                       int64_t sM, bool first) {
+  using A = acc_t<T>;
+  __shared__ A upper[kThreads];  // [256] slots 2 + 3 of each lane
+  __shared__ A smem[kThreads / 32];
+  const int64_t m = blockIdx.x;
+  const int lane = threadIdx.x % kThreads, hi = threadIdx.x / kThreads;
+  const L2Hint h = first ? l2_first() : l2_hint(false);
+  const T* row = x + m * sM + (int64_t)(lane + hi * 2 * kThreads) * VEC;
+  Vec<T, VEC> v[2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) v[u] = load_vec<T, VEC>(row + u * kThreads * VEC, h);
+  A acc[2] = {A(0), A(0)};
+#pragma unroll
+  for (int u = 0; u < 2; ++u)
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) acc[u] += to_acc(v[u].v[e]);
+  const A pair = acc[0] + acc[1];
+  if (hi) upper[lane] = pair;
+  __syncthreads();
+  A s = warp_sum(hi ? A(0) : pair + upper[lane]);  // (the upper half's warps sum zeros, unused)
+  if (!hi && (threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    s = A(0);
+    for (int w = 0; w < kThreads / 32; ++w) s += smem[w];
+    out[m] = from_acc<T>(s);
+  }
 }
 
 // Column kernel. Block (32, 8): lane l owns m in [m0, m0 + VEC), warp w takes k = w, w + 8, ... of its split. IL: a
@@ -327,10 +371,18 @@ int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, 
     }
   };
   // MYOPS_SUM_FULL: 1 (default) rows of exactly one pass take sum_full_rows_kernel, 0 the row kernel (A/B).
+  // MYOPS_SUM_WIDE: 1 (default) those of 256 threads take sum_wide_rows_kernel, 0 sum_full_rows_kernel (A/B).
+  // MYOPS_SUM_FIRST: 1 (default) both load under L2 evict_first, 0 plainly (A/B).
   static const int knob_full = env_knob("MYOPS_SUM_FULL", 1, [](int v) { return v == 0 || v == 1; });
+  static const int knob_wide = env_knob("MYOPS_SUM_WIDE", 1, [](int v) { return v == 0 || v == 1; });
+  static const bool first = env_knob("MYOPS_SUM_FIRST", 1, [](int v) { return v == 0 || v == 1; }) == 1;
   if (knob_full == 1 && p.rows && p.splits == 1 && p.vec == VEC && K == ((int64_t)kRowLoads * VEC << p.tpr_log2)) {
+    if (p.tpr_log2 == 8 && knob_wide == 1) {
+      sum_wide_rows_kernel<T, VEC><<<grid, 2 * kThreads, 0, stream>>>(out, x, sM, first);
+      return launch_status();
+    }
     const auto full = [&](auto kernel) {
-      kernel<<<grid, kThreads, 0, stream>>>(out, x, M, sM);
+      kernel<<<grid, kThreads, 0, stream>>>(out, x, M, sM, first);
       return launch_status();
     };
     switch (p.tpr_log2) {
