@@ -168,12 +168,18 @@ __device__ __forceinline__ double div_fast(double a, double b) { return a / b; }
 // The L2 policy of a kernel's streamed input loads (host side: l2_last): evict_last keeps the lines just read ahead
 // of the output lines written beside them in L2's eviction order, so that written lines leave for HBM first;
 // evict_unchanged is what a plain load does. A policy is a register operand, so one code path serves both.
+// -DMYOPS_L2_HINTED_FIRST=1 (A/B, not measured yet): those loads take evict_first instead, as sum's one-pass rows
+// (sum.cu) and Inductor's single reads do.
+#ifndef MYOPS_L2_HINTED_FIRST
+#define MYOPS_L2_HINTED_FIRST 0
+#endif
 struct L2Hint {
   uint64_t pol;
 };
 __device__ __forceinline__ L2Hint l2_hint(bool last) {
   uint64_t a, b;  // (no inputs: made once per kernel)
-  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(a));
+  if (MYOPS_L2_HINTED_FIRST) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(a));
+  else asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(a));
   asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;" : "=l"(b));
   return {last ? a : b};
 }
