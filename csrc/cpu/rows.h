@@ -229,7 +229,7 @@ MYOPS_CPU_HOT double myops_exp_sum(double* e, const double* v, int64_t n, double
  * of log_softmax and cross_entropy, whose outputs' rounding absorbs the blocks' (softmax.h). */
 MYOPS_CPU_HOT double myops_exp_sumf(const float* v, int64_t n, float m) {
   double myops_sum_result_;
-  MYOPS_SUMF_BLOCKED(n, myops_expf(v[k] - m));
+  MYOPS_SUMF_BLOCKED(n, myops_expf_u20(v[k] - m));
   return myops_sum_result_;
 }
 

@@ -72,7 +72,10 @@ MYOPS_CPU_HOT double myops_exp(double x) {
   return p * s1 * s2;
 }
 
-MYOPS_CPU_HOT float myops_expf(float x) {
+/* U20: a degree-5 minimax polynomial of exp on [-ln2/2, ln2/2] (fit here by reweighted least squares; ATen's
+ * exp_u20, the exp of eager's CPU softmax kernels, has nearly the same coefficients) instead of the series to r^7:
+ * within about 2.2 ulp instead of 1.1 over [-87, 88], with the same range reduction and scaling. */
+MYOPS_CPU_HOT float myops_expf_(float x, int u20) {
   x = x < -104.0f ? -104.0f : x;
   x = x > 89.0f ? 89.0f : x;
   const float shift = 0x1.8p23f;
@@ -81,14 +84,24 @@ MYOPS_CPU_HOT float myops_expf(float x) {
   memcpy(&u, &kd, 4);
   kd -= shift;
   const float r = (x - kd * 0x1.62e4p-1f) - kd * 0x1.7f7d1cp-20f;
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  float p;
+  if (u20) {
+    p = 0x1.0fa806p-7f; /* 0.00829029 */
+    p = p * r + 0x1.573a5ap-5f; /* 0.0418979 */
+    p = p * r + 0x1.555a6cp-3f; /* 0.166676 */
+    p = p * r + 0x1.fffdc6p-2f; /* 0.499992 */
+    p = p * r + 0x1.fffff6p-1f; /* 0.99999970 */
+    p = p * r + 1.0f;
+  } else {
+    p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+  }
   u &= (UINT32_C(1) << 23) - 1;              /* 2^22 + k */
   const uint32_t k1 = u >> 1, k2 = u - k1;   /* 2^21 + floor(k / 2), 2^21 + the rest */
   const uint32_t b1 = (k1 - (UINT32_C(1) << 21) + 127) << 23, b2 = (k2 - (UINT32_C(1) << 21) + 127) << 23;
@@ -97,6 +110,10 @@ MYOPS_CPU_HOT float myops_expf(float x) {
   memcpy(&s2, &b2, 4);
   return p * s1 * s2;
 }
+MYOPS_CPU_HOT float myops_expf(float x) { return myops_expf_(x, 0); }
+/* For the fp32 work of softmax, log_softmax and cross_entropy (whose eager kernels round their exps alike): one
+ * thread, 2^20 arguments, AVX-512: 258 -> 211 us. */
+MYOPS_CPU_HOT float myops_expf_u20(float x) { return myops_expf_(x, 1); }
 
 /* exp and fmin for the elementwise bodies, which are written once over T (float or double). MYOPS_FMIN(a, b) is
  * fmin for b not NaN (a NaN gives b, as fmin does), written as x86's minps so that it vectorizes. */
