@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call of Nsight Compute over row-op kernels: build, then for each PROFILES entry
-# "op:shape:dtype:kernel-regex" (op as in profile_rows.py) the last of the op's three launches of the matching kernel,
+# "op:shape:dtype:kernel-regex" (op as in profile_rows.py) the third launch of the matching kernel in the op's three
+# profiled calls (its last call's, for a regex that matches one kernel a call),
 # with the sections below; per-profile reports go to $OUT/ncu_<i>.txt, a digest of the key metrics to stdout.
 # SOURCE=1 also writes each profile's executed instructions per SASS instruction (SourceCounters) to $OUT/src_<i>.csv,
 # for benchmarks/sass_profile.py.
@@ -25,11 +26,9 @@ for p in ${PROFILES}; do
   IFS=: read -r op shape dt kre <<< "$p"
   i=$((i + 1))
   echo "== $i $op $shape $dt ($kre)"
-  # profile_rows.py launches one rms_norm and one layer_norm forward before the op's three launches: count only the
-  # op's by skipping every matching launch but the last
-  n=$(MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 120 ncu --print-summary none -k "regex:$kre" --metrics \
-      gpu__time_duration.sum python benchmarks/profile_rows.py "$op" 2>/dev/null | grep -c "gpu__time_duration")
-  MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu -k "regex:$kre" --launch-skip $((n - 1)) \
+  # profile_rows.py's three timed calls run inside a profiler range, after its setup and warm-up (which for a
+  # torch.compile entry launch a varying number of kernels: compiling, autotuning): the third matching launch there
+  MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu --profile-from-start off -k "regex:$kre" --launch-skip 2 \
     --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section InstructionStats \
     --metrics "$STALLS" \
@@ -37,8 +36,8 @@ for p in ${PROFILES}; do
   grep -E "$DIGEST" \
     "$OUT/ncu_$i.txt" | head -40
   if [ -n "${SOURCE:-}" ]; then
-    MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu -k "regex:$kre" --launch-skip $((n - 1)) \
-      --launch-count 1 --section SourceCounters -f -o /tmp/src_$i python benchmarks/profile_rows.py "$op" \
+    MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu --profile-from-start off -k "regex:$kre" \
+      --launch-skip 2 --launch-count 1 --section SourceCounters -f -o /tmp/src_$i python benchmarks/profile_rows.py "$op" \
       > "$OUT/src_$i.log" 2>&1
     ncu -i /tmp/src_$i.ncu-rep --page source --csv --print-source sass > "$OUT/src_$i.csv" 2>> "$OUT/src_$i.log"
     echo "source counters: $(wc -l < "$OUT/src_$i.csv") lines"; tail -3 "$OUT/src_$i.log"

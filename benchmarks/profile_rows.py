@@ -1,12 +1,17 @@
 """A few row-op launches to profile with Nsight Compute, e.g. on the GPU machine:
 
-    PYTHONPATH=. ncu --launch-skip 2 --launch-count 1 -k regex:rr_ --section SpeedOfLight --section Occupancy \
-        --section WarpStateStats --section MemoryWorkloadAnalysis python benchmarks/profile_rows.py rms_norm_backward
+    PYTHONPATH=. ncu --profile-from-start off --launch-skip 2 --launch-count 1 -k regex:rr_ --section SpeedOfLight \
+        --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
+        python benchmarks/profile_rows.py rms_norm_backward
 
-Each named op (default: rms_norm layer_norm) runs 3 times on [16384, 4096] bf16 (cross_entropy: [4096, 32000]);
-MYOPS_PROF_SHAPE=1024,65536 and MYOPS_PROF_DTYPE=fp32 change the shape and dtype of the row ops; a 3-d shape
-([S, H, D]) adds rope and rope_compile. The *_compile
-entries run torch.compile's kernel of the same expression (the benchmark's; its triton kernels match -k regex:triton).
+Each named op (default: rms_norm layer_norm) runs on [16384, 4096] bf16 (cross_entropy: [4096, 32000]), twice to
+warm up (torch.compile's entries compile and autotune there, a varying number of launches), then 3 times inside the
+profiler range (torch.cuda.profiler.start/stop, to which `--profile-from-start off` limits ncu): for a regex that
+matches one kernel a call, `--launch-skip 2` is the last call's. MYOPS_PROF_SHAPE=1024,65536 and MYOPS_PROF_DTYPE=fp32
+change the shape and dtype of the row ops; a 3-d shape ([S, H, D]) adds rope and rope_compile. The *_compile entries
+run torch.compile's kernel of the same expression (the benchmark's; its triton kernels match -k regex:triton).
+Session 41: the compiled rms_norm and layer_norm went unprofiled when device_ncu.sh counted the launches of a first
+run to skip all but the last in a second (likely: the first autotuned, the second read its cache; not GPU-run since).
 """
 import os
 import sys
@@ -47,7 +52,14 @@ if x.dim() == 3:  # rope: x [S, H, D] (MYOPS_PROF_SHAPE=16384,32,128), cos/sin [
     RUN["rope"] = lambda: m.rope(x, cs, sn, False, False)
     RUN["rope_compile"] = torch.compile(lambda: x * cs.unsqueeze(-2) + torch.cat((-x[..., half:], x[..., :half]), -1)
                                         * sn.unsqueeze(-2))
-for name in sys.argv[1:] or ["rms_norm", "layer_norm"]:
+names = sys.argv[1:] or ["rms_norm", "layer_norm"]
+for name in names:  # warm-up, outside the profiler range
+    for _ in range(2):
+        RUN[name]()
+torch.cuda.synchronize()
+torch.cuda.profiler.start()
+for name in names:
     for _ in range(3):
         RUN[name]()
 torch.cuda.synchronize()
+torch.cuda.profiler.stop()
