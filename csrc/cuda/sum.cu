@@ -182,14 +182,17 @@ __global__ void __launch_bounds__(kThreads, 8) sum_full_rows_kernel(T* __restric
   if (m < M && lane == 0) out[m] = from_acc<T>(s);
 }
 
-// Rows of one pass at 256 threads (fp32 K = 4096, 16-bit 8192) over 512 threads of 2 vectors each, one row per CTA:
+// Rows of one pass at 256 threads (fp32 K = 4096, 16-bit 8192, fp64 2048) over 512 threads of 2 vectors each, a row
+// per CTA:
 // thread l < 256 holds the full kernel's slots 0 and 1 of lane l, thread l + 256 its slots 2 and 3, whose sum it
 // hands over through shared memory; from there the full kernel's steps (the same bits). H100, sum(dim=-1) fp32
 // [16384, 4096], % of copy, two rounds each (probe kernels, session 41): 256 threads of 4 vectors 100.1 / 100.2,
 // with evict_first 100.5 / 100.7; 512 of 2 101.1 / 101.2, with evict_first 101.7 / 101.9 (torch.compile, whose
 // triton_red kernel runs 512 threads at 18 registers under evict_first: 101.4 / 101.4); 1024 of 1 96.2 / 96.5
 // (evict_first 91.3 / 90.9); 512 threads of one vector in a loop of two (as triton_red) 99.5 / 99.8 (evict_first
-// 99.9 / 99.9).
+// 99.9 / 99.9). This kernel, H200, fp32 [16384, 4096]: 102.3-102.5, against 101.8 / 101.9 at MYOPS_SUM_WIDE=0 and
+// 101.6 / 102.0 at MYOPS_SUM_FIRST=0 (torch.compile 102.5 / 102.6); bf16 [16384, 8192] 102.0 / 102.5, 102.0 at
+// MYOPS_SUM_WIDE=0 (compile 102.3).
 template <class T, int VEC>
 __global__ void __launch_bounds__(2 * kThreads, 4) sum_wide_rows_kernel(T* __restrict__ out,        // [M]
                                                                        const T* __restrict__ x,  // [M, K], sK == 1
@@ -372,7 +375,8 @@ int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, 
   };
   // MYOPS_SUM_FULL: 1 (default) rows of exactly one pass take sum_full_rows_kernel, 0 the row kernel (A/B).
   // MYOPS_SUM_WIDE: 1 (default) those of 256 threads take sum_wide_rows_kernel, 0 sum_full_rows_kernel (A/B).
-  // MYOPS_SUM_FIRST: 1 (default) both load under L2 evict_first, 0 plainly (A/B).
+  // MYOPS_SUM_FIRST: 1 (default) both load under L2 evict_first, 0 plainly (A/B; H200 bf16 [16384, 4096], the full
+  // kernel at 128 threads a row: 94.8-94.9 against 94.4 / 95.2, level).
   static const int knob_full = env_knob("MYOPS_SUM_FULL", 1, [](int v) { return v == 0 || v == 1; });
   static const int knob_wide = env_knob("MYOPS_SUM_WIDE", 1, [](int v) { return v == 0 || v == 1; });
   static const bool first = env_knob("MYOPS_SUM_FIRST", 1, [](int v) { return v == 0 || v == 1; }) == 1;
