@@ -111,13 +111,14 @@ MYOPS_CPU_HOT float myops_expf_(float x, int u20) {
   return p * s1 * s2;
 }
 MYOPS_CPU_HOT float myops_expf(float x) { return myops_expf_(x, 0); }
-/* For the fp32 work of softmax, log_softmax and cross_entropy (whose eager kernels round their exps alike): one
- * thread, 2^20 arguments, AVX-512: 258 -> 211 us. */
+/* For the fp32 work of softmax, log_softmax, cross_entropy and swiglu (where the outputs' rounding hides the
+ * difference): one thread, 2^20 arguments, AVX-512: 258 -> 211 us. */
 MYOPS_CPU_HOT float myops_expf_u20(float x) { return myops_expf_(x, 1); }
 
 /* exp and fmin for the elementwise bodies, which are written once over T (float or double). MYOPS_FMIN(a, b) is
  * fmin for b not NaN (a NaN gives b, as fmin does), written as x86's minps so that it vectorizes. */
 #define MYOPS_EXP(x) _Generic((x), float: myops_expf, default: myops_exp)(x)
+#define MYOPS_EXP_U20(x) _Generic((x), float: myops_expf_u20, default: myops_exp)(x) /* (fp64: the full series) */
 MYOPS_CPU_HOT float myops_fminf_(float a, float b) { return a < b ? a : b; }
 MYOPS_CPU_HOT double myops_fmin_(double a, double b) { return a < b ? a : b; }
 #define MYOPS_FMIN(a, b) _Generic((a), float: myops_fminf_, default: myops_fmin_)(a, b)
