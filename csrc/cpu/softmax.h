@@ -13,11 +13,11 @@
  * each block's total in fp64), whose error the output's rounding absorbs (log_softmax fp32 max error 1.05x eager's
  * over rows of 7-262144, as with fp64 sums). One thread, [1024, 1024], us: log_softmax fp32 435 -> 388-390 (eager
  * 396-404), bf16 510 -> 439-453; softmax bf16 503 -> 445-466. (Fused with fp64 sums, the exps did not vectorize.)
- * The exps (here, in log_softmax's backward and in cross_entropy's) take myops_expf_u20, a polynomial of eager's degree
- * (about 2.2 ulp against myops_expf's 1.1): cpu_ab, one thread, [1024, 1024], us: softmax fp32 415 -> 358, bf16 455 -> 403;
- * log_softmax fp32 373 -> 325, bf16 426 -> 376; log_softmax backward fp32 314 -> 266, bf16 407 -> 362. Max error
- * against float64 over eager's, fp32, randn rows: softmax forward 0.47 -> 0.68 (0.11 -> 0.18 at 8 randn), its
- * backward 0.82 -> 1.11, log_softmax 1.01 -> 1.00, cross_entropy 0.55 -> 0.54 (session 41). */
+ * The exps (here, in log_softmax's backward and in cross_entropy's) take myops_expf_u20, a polynomial of eager's
+ * degree (about 2.2 ulp against myops_expf's 1.1): cpu_ab, one thread, [1024, 1024], us: softmax fp32 415 -> 358,
+ * bf16 455 -> 403; log_softmax fp32 373 -> 325, bf16 426 -> 376; log_softmax backward fp32 314 -> 266, bf16 407 ->
+ * 362. Max error against float64 over eager's, fp32, randn rows: softmax forward 0.47 -> 0.68 (0.11 -> 0.18 at 8
+ * randn), its backward 0.82 -> 1.11, log_softmax 1.01 -> 1.00, cross_entropy 0.55 -> 0.54 (session 41). */
 MYOPS_CPU_HOT void softmax_row_forward_f32(const float* v, float* y, float* e, int64_t N, int is_log, int narrow) {
   const float m = myops_maxf(v, N);  /* NaN: skipped here, and exp(NaN - m) makes the sum NaN */
   double myops_sum_result_;
