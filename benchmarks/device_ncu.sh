@@ -28,8 +28,8 @@ for p in ${PROFILES}; do
   echo "== $i $op $shape $dt ($kre)"
   # profile_rows.py's three timed calls run inside a profiler range, after its setup and warm-up (which for a
   # torch.compile entry launch a varying number of kernels: compiling, autotuning): the third matching launch there
-  MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu --profile-from-start off -k "regex:$kre" --launch-skip 2 \
-    --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+  MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu --profile-from-start off -k "regex:$kre" \
+    --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section InstructionStats \
     --metrics "$STALLS" \
     python benchmarks/profile_rows.py "$op" > "$OUT/ncu_$i.txt" 2>&1
@@ -37,8 +37,8 @@ for p in ${PROFILES}; do
     "$OUT/ncu_$i.txt" | head -40
   if [ -n "${SOURCE:-}" ]; then
     MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu --profile-from-start off -k "regex:$kre" \
-      --launch-skip 2 --launch-count 1 --section SourceCounters -f -o /tmp/src_$i python benchmarks/profile_rows.py "$op" \
-      > "$OUT/src_$i.log" 2>&1
+      --launch-skip 2 --launch-count 1 --section SourceCounters -f -o /tmp/src_$i \
+      python benchmarks/profile_rows.py "$op" > "$OUT/src_$i.log" 2>&1
     ncu -i /tmp/src_$i.ncu-rep --page source --csv --print-source sass > "$OUT/src_$i.csv" 2>> "$OUT/src_$i.log"
     echo "source counters: $(wc -l < "$OUT/src_$i.csv") lines"; tail -3 "$OUT/src_$i.log"
   fi
