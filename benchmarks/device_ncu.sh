@@ -29,7 +29,8 @@ for p in ${PROFILES}; do
   # profile_rows.py's three timed calls run inside a profiler range, after its setup and warm-up (which for a
   # torch.compile entry launch a varying number of kernels: compiling, autotuning): the third matching launch there
   MYOPS_PROF_SHAPE=$shape MYOPS_PROF_DTYPE=$dt timeout 180 ncu --profile-from-start off -k "regex:$kre" \
-    --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+    --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis --section InstructionStats \
     --metrics "$STALLS" \
     python benchmarks/profile_rows.py "$op" > "$OUT/ncu_$i.txt" 2>&1
