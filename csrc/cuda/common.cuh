@@ -176,19 +176,19 @@ __device__ __forceinline__ double div_fast(double a, double b) { return a / b; }
 struct L2Hint {
   uint64_t pol;
 };
-__device__ __forceinline__ L2Hint l2_hint(bool last) {
-  uint64_t a, b;  // (no inputs: made once per kernel)
-  if (MYOPS_L2_HINTED_FIRST) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(a));
-  else asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(a));
-  asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;" : "=l"(b));
-  return {last ? a : b};
-}
 // evict_first: for a read-only stream that nothing reads again (a plain reduction's input), whose lines then leave
 // L2 before the lines around them.
 __device__ __forceinline__ L2Hint l2_first() {
   uint64_t a;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(a));
   return {a};
+}
+__device__ __forceinline__ L2Hint l2_hint(bool last) {
+  uint64_t a, b;  // (no inputs: made once per kernel)
+  if (MYOPS_L2_HINTED_FIRST) a = l2_first().pol;
+  else asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(a));
+  asm("createpolicy.fractional.L2::evict_unchanged.b64 %0, 1.0;" : "=l"(b));
+  return {last ? a : b};
 }
 struct NoHint {};  // a plain load
 __device__ __forceinline__ uint4 ld16(const void* p, NoHint) { return *reinterpret_cast<const uint4*>(p); }

@@ -481,7 +481,8 @@ constexpr int kScalarThreads = 1024;
 template <class A> __device__ void cta_sum(A& v, long long& n) {
   __shared__ A sv[32];
   __shared__ long long sn[32];
-  const auto warp_sum = [&] {
+  const auto warp_sum = [&] {  // (both sums' shuffles interleaved: common.cuh's warp_sum on each, one after the
+                                //  other, compiled to predicated code with 16 more SASS instructions, not GPU-timed)
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
       v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -78,6 +78,20 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
   return p;
 }
 
+// The row's total from its warps' sums s (each warp_sum'd; tpr > 32: the row spans tpr / 32 warps, which meet in
+// smem, one slot per warp of the block), added in order by the row's first thread (lane 0), where it is valid.
+// Every thread of the block calls it (a barrier where tpr > 32).
+template <class A> __device__ __forceinline__ A row_total(A s, A* smem, int tpr, int lane) {
+  if (tpr <= 32) return s;
+  if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (lane == 0) {
+    s = A(0);
+    for (int w = 0; w < (tpr >> 5); ++w) s += smem[(threadIdx.x >> 5) + w];
+  }
+  return s;
+}
+
 // Row kernel. Block (256): 256 >> tpr_log2 rows of 1 << tpr_log2 threads each (a long row's block is one split of
 // it). grid (gx, splits). IL: a split row's part is tiles blockIdx.y, blockIdx.y + splits, ... (interleaved, for
 // splits > 1 only), else one contiguous chunk (vector-aligned boundaries; unsplit rows: the whole row). IL is a
@@ -127,15 +141,8 @@ __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,
     if (lane == 0 && (!IL || blockIdx.y == 0))  // the last elements, fewer than a vector
       for (int64_t kk = kv_end; kk < k_end; ++kk) acc[3] += to_acc(row[kk]);
   }
-  A s = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));  // (a warp never spans two rows: tpr >= 32)
-  if (tpr > 32) {  // the row's warps meet in shared memory; its first thread adds them in order
-    if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (lane == 0) {
-      s = A(0);
-      for (int w = 0; w < (tpr >> 5); ++w) s += smem[(threadIdx.x >> 5) + w];
-    }
-  }
+  // (a warp never spans two rows: tpr >= 32)
+  const A s = row_total(warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3])), smem, tpr, lane);
   if (m < M && lane == 0) {
     if (gridDim.y == 1) out[m] = from_acc<T>(s);
     else ws[(int64_t)blockIdx.y * M + m] = s;
@@ -170,22 +177,13 @@ __global__ void __launch_bounds__(kThreads, 8) sum_full_rows_kernel(T* __restric
 #pragma unroll
       for (int e = 0; e < VEC; ++e) acc[u] += to_acc(v[u].v[e]);
   }
-  A s = warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3]));
-  if constexpr (TPR > 32) {  // (as the row kernel)
-    if ((threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = s;
-    __syncthreads();
-    if (lane == 0) {
-      s = A(0);
-      for (int w = 0; w < TPR / 32; ++w) s += smem[(threadIdx.x >> 5) + w];
-    }
-  }
+  const A s = row_total(warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3])), smem, TPR, lane);
   if (m < M && lane == 0) out[m] = from_acc<T>(s);
 }
 
 // Rows of one pass at 256 threads (fp32 K = 4096, 16-bit 8192, fp64 2048) over 512 threads of 2 vectors each, a row
-// per CTA:
-// thread l < 256 holds the full kernel's slots 0 and 1 of lane l, thread l + 256 its slots 2 and 3, whose sum it
-// hands over through shared memory; from there the full kernel's steps (the same bits). H100, sum(dim=-1) fp32
+// per CTA: thread l < 256 holds the full kernel's slots 0 and 1 of lane l, thread l + 256 its slots 2 and 3, whose
+// sum it hands over through shared memory; from there the full kernel's steps (the same bits). H100, sum(dim=-1) fp32
 // [16384, 4096], % of copy, two rounds each (probe kernels, session 41): 256 threads of 4 vectors 100.1 / 100.2,
 // with evict_first 100.5 / 100.7; 512 of 2 101.1 / 101.2, with evict_first 101.7 / 101.9 (torch.compile, whose
 // triton_red kernel runs 512 threads at 18 registers under evict_first: 101.4 / 101.4); 1024 of 1 96.2 / 96.5
@@ -199,7 +197,7 @@ __global__ void __launch_bounds__(2 * kThreads, 4) sum_wide_rows_kernel(T* __res
                                                                        int64_t sM, bool first) {
   using A = acc_t<T>;
   __shared__ A upper[kThreads];  // [256] slots 2 + 3 of each lane
-  __shared__ A smem[kThreads / 32];
+  __shared__ A smem[2 * kThreads / 32];  // [16] a slot per warp (row_total; the upper half's never read)
   const int64_t m = blockIdx.x;
   const int lane = threadIdx.x % kThreads, hi = threadIdx.x / kThreads;
   const L2Hint h = first ? l2_first() : l2_hint(false);
@@ -215,14 +213,9 @@ __global__ void __launch_bounds__(2 * kThreads, 4) sum_wide_rows_kernel(T* __res
   const A pair = acc[0] + acc[1];
   if (hi) upper[lane] = pair;
   __syncthreads();
-  A s = warp_sum(hi ? A(0) : pair + upper[lane]);  // (the upper half's warps sum zeros, unused)
-  if (!hi && (threadIdx.x & 31) == 0) smem[threadIdx.x >> 5] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    s = A(0);
-    for (int w = 0; w < kThreads / 32; ++w) s += smem[w];
-    out[m] = from_acc<T>(s);
-  }
+  // (the upper half's warps sum zeros, never read: the row is lanes 0-255)
+  const A s = row_total(warp_sum(hi ? A(0) : pair + upper[lane]), smem, kThreads, (int)threadIdx.x);
+  if (threadIdx.x == 0) out[m] = from_acc<T>(s);
 }
 
 // Column kernel. Block (32, 8): lane l owns m in [m0, m0 + VEC), warp w takes k = w, w + 8, ... of its split. IL: a
