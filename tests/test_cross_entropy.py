@@ -293,7 +293,8 @@ def test_check_with_grad_cpu():
 @pytest.mark.cuda
 def test_deferred_check():
     """Logits on the GPU that require grad: the forward queues the target check without waiting for it and backward
-    raises for a bad target, before queuing its kernels (a retained graph raises again); a graph freed without
+    raises for a bad target, after queuing its kernels, whose gradient it discards (x.grad stays None; a retained
+    graph raises again); a graph freed without
     backward raises nothing; without grad (no_grad, detached logits) and in a compiled graph the forward raises;
     valid targets are unaffected."""
     C = 4096
