@@ -123,6 +123,21 @@ def test_long_rows_offset(dtype, offset, shape):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("rows,layout", [(1, "contiguous"), (300, "contiguous"), (257, "row_strided")])
+@pytest.mark.parametrize("has_w,has_b", [(True, True), (True, False), (False, True), (False, False)])
+def test_wide_rows(rows, layout, has_w, has_b):
+    """fp32 rows of 4096 take their own kernel on the GPU (ln_wide_f32_kernel: 512 threads, two vectors each, one
+    row per CTA), which hypothesis' shapes seldom reach: every weight and bias combination, forward and backward."""
+    shape = (rows, 4096)
+    x = make_tensor(shape, torch.float32, "cuda", layout, seed=rows) + 3
+    params = [p for p in (param(shape, torch.float32, "cuda", has_w, 1), param(shape, torch.float32, "cuda", has_b, 2))
+              if p is not None]
+    wrap = call(has_w, has_b)
+    run_case(wrap(ops.layer_norm), wrap(eager), None, [x] + params,
+             scale_fn=lambda *t: scale(*t, has_w=has_w, has_b=has_b))
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(37, 256), (33, 1024), (19, 2048), (9, 4096), (5, 8192), (3, 65536), (2, 262144)])
 def test_first_element_outlier(dtype, shape):

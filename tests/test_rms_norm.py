@@ -134,6 +134,18 @@ def test_wrong_device():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("rows,layout", [(1, "contiguous"), (300, "contiguous"), (257, "row_strided")])
+@pytest.mark.parametrize("has_w", [True, False])
+def test_wide_rows(rows, layout, has_w):
+    """fp32 rows of 4096 take their own kernel on the GPU (rms_wide_f32_kernel: 512 threads, two vectors each, one
+    row per CTA), which hypothesis' shapes seldom reach: with and without a weight, forward and backward."""
+    shape = (rows, 4096)
+    x = make_tensor(shape, torch.float32, "cuda", layout, seed=rows)
+    w = param(shape, torch.float32, "cuda", has_w, 1)
+    run_case(ops.rms_norm, eager, ref, [x] if w is None else [x, w])
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (3000, 1024)), (torch.float32, (1200, 4096)),
                                          (torch.bfloat16, (20000, 128))])
 def test_cuda_graph(dtype, shape):

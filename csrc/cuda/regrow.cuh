@@ -1154,6 +1154,19 @@ struct WarpReduce {
   }
 };
 
+// An fp32 row of 8 TPR elements that one CTA of TPR threads holds, two 16-byte vectors a thread: vectors t and
+// t + TPR (each load instruction reads TPR * 16 contiguous bytes), loaded under h at construction (the fp32 norms'
+// one-row-per-CTA kernels of 4096-element rows: ln_wide_f32_kernel, rms_wide_f32_kernel).
+template <int TPR> struct WideRowF32 {
+  Vec<float, 4> v[2];
+  __device__ __forceinline__ WideRowF32(const float* x, int64_t xs, int64_t r, L2Hint h) {
+    v[0] = load_vec<float, 4>(x + r * xs + col(0), h);
+    v[1] = load_vec<float, 4>(x + r * xs + col(1), h);
+  }
+  // The first column of this thread's vector k.
+  static __device__ __forceinline__ int col(int k) { return 4 * ((int)threadIdx.x + k * TPR); }
+};
+
 // A warp-row kernel's lane t and row r (one per warp).
 struct WarpRow {
   int t;
