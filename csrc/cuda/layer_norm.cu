@@ -1079,7 +1079,7 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
     if constexpr (es == 4) {
       static const bool wide = rr::env_knob("MYOPS_LN_WIDE", 1, [](int v) { return v == 0 || v == 1; });
       constexpr int kTpr = 512;
-      if (wide && N == 8 * kTpr && M <= 0x7fffffff && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
+      if (wide && rr::WideRowF32<kTpr>::fits(M, N) && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
         ln_wide_f32_kernel<kTpr><<<(unsigned)M, kTpr, 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<float*>(y.ptr), y.row_stride, static_cast<float*>(mean), static_cast<float*>(rstd),
             static_cast<const float*>(x.ptr), x.row_stride, static_cast<const float*>(w), static_cast<const float*>(b),

@@ -1158,6 +1158,9 @@ struct WarpReduce {
 // t + TPR (each load instruction reads TPR * 16 contiguous bytes), loaded under h at construction (the fp32 norms'
 // one-row-per-CTA kernels of 4096-element rows: ln_wide_f32_kernel, rms_wide_f32_kernel).
 template <int TPR> struct WideRowF32 {
+  static constexpr int kN = 8 * TPR;  // the row length
+  // Whether rows [M, N] fit these kernels: N == kN, a grid of M CTAs (one per row) within CUDA's x limit.
+  static bool fits(int64_t M, int64_t N) { return N == kN && M <= 0x7fffffff; }
   Vec<float, 4> v[2];
   __device__ __forceinline__ WideRowF32(const float* x, int64_t xs, int64_t r, L2Hint h) {
     v[0] = load_vec<float, 4>(x + r * xs + col(0), h);

@@ -763,7 +763,7 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
     if constexpr (!ADD && sizeof(T) == 4) {
       static const bool wide = rr::env_knob("MYOPS_RMS_WIDE", 1, [](int v) { return v == 0 || v == 1; });
       constexpr int kTpr = 512;
-      if (wide && N == 8 * kTpr && M <= 0x7fffffff && rr::operands_ok({x}, {y}, {w}, M, N, es)) {
+      if (wide && rr::WideRowF32<kTpr>::fits(M, N) && rr::operands_ok({x}, {y}, {w}, M, N, es)) {
         rms_wide_f32_kernel<kTpr><<<(unsigned)M, kTpr, 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<float*>(y.ptr), y.row_stride, static_cast<float*>(rstd), static_cast<const float*>(x.ptr),
             x.row_stride, static_cast<const float*>(w), (float)(1.0 / N), (float)eps, rr::l2_last(M * N * es));
