@@ -122,15 +122,21 @@ def test_long_rows_offset(dtype, offset, shape):
     run_case(ops.layer_norm, eager, None, [x, w, b], scale_fn=scale)
 
 
+# The one-row-per-CTA kernels' rows (rr::WideRow): fp32 of 4096 and 2048, 16-bit of 4096.
+WIDE_ROWS = [(torch.float32, 4096), (torch.float32, 2048), (torch.bfloat16, 4096), (torch.float16, 4096)]
+
+
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype,n", WIDE_ROWS, ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("rows,layout", [(1, "contiguous"), (300, "contiguous"), (257, "row_strided")])
 @pytest.mark.parametrize("has_w,has_b", [(True, True), (True, False), (False, True), (False, False)])
-def test_wide_rows(rows, layout, has_w, has_b):
-    """fp32 rows of 4096 take their own kernel on the GPU (ln_wide_f32_kernel: 512 threads, two vectors each, one
-    row per CTA), which hypothesis' shapes seldom reach: every weight and bias combination, forward and backward."""
-    shape = (rows, 4096)
-    x = make_tensor(shape, torch.float32, "cuda", layout, seed=rows) + 3
-    params = [p for p in (param(shape, torch.float32, "cuda", has_w, 1), param(shape, torch.float32, "cuda", has_b, 2))
+def test_wide_rows(dtype, n, rows, layout, has_w, has_b):
+    """Rows that take their own kernels on the GPU (ln_wide_f32_kernel: 512 / 256 threads of two vectors; 16-bit
+    ln_wide16_kernel: 128 threads of four; one row per CTA), which hypothesis' shapes seldom reach: every weight and
+    bias combination, forward and backward."""
+    shape = (rows, n)
+    x = make_tensor(shape, dtype, "cuda", layout, seed=rows) + 3
+    params = [p for p in (param(shape, dtype, "cuda", has_w, 1), param(shape, dtype, "cuda", has_b, 2))
               if p is not None]
     wrap = call(has_w, has_b)
     run_case(wrap(ops.layer_norm), wrap(eager), None, [x] + params,

@@ -134,14 +134,17 @@ def test_wrong_device():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype,n", [(torch.float32, 4096), (torch.float32, 2048), (torch.bfloat16, 4096),
+                                     (torch.float16, 4096)], ids=lambda v: str(v).replace("torch.", ""))
 @pytest.mark.parametrize("rows,layout", [(1, "contiguous"), (300, "contiguous"), (257, "row_strided")])
 @pytest.mark.parametrize("has_w", [True, False])
-def test_wide_rows(rows, layout, has_w):
-    """fp32 rows of 4096 take their own kernel on the GPU (rms_wide_f32_kernel: 512 threads, two vectors each, one
-    row per CTA), which hypothesis' shapes seldom reach: with and without a weight, forward and backward."""
-    shape = (rows, 4096)
-    x = make_tensor(shape, torch.float32, "cuda", layout, seed=rows)
-    w = param(shape, torch.float32, "cuda", has_w, 1)
+def test_wide_rows(dtype, n, rows, layout, has_w):
+    """Rows that take their own kernels on the GPU (rms_wide_f32_kernel: 512 / 256 threads of two vectors; 16-bit
+    rms_wide16_kernel: 256 threads of two; one row per CTA), which hypothesis' shapes seldom reach: with and without a
+    weight, forward and backward."""
+    shape = (rows, n)
+    x = make_tensor(shape, dtype, "cuda", layout, seed=rows)
+    w = param(shape, dtype, "cuda", has_w, 1)
     run_case(ops.rms_norm, eager, ref, [x] if w is None else [x, w])
 
 

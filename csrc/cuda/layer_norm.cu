@@ -1001,14 +1001,16 @@ Plan fwd_plan(int64_t M, int64_t N, int dtype) { return make_plan(M, N, elem_siz
 Plan bwd_plan(int64_t M, int64_t N, int dtype, bool ws) {
   return make_plan(M, N, elem_size(dtype), 2, ws ? 2 : 0, dtype == MYOPS_F64 ? 8 : 4, true);
 }
-// fp32 rows of N = 8 TPR (4096 at 512 threads): a lean kernel of one row per CTA, two 16-byte vectors a thread
-// (vectors t and t + TPR: each load instruction reads TPR * 16 contiguous bytes), the exact two-pass statistics over
-// the registers, 32 registers: four CTAs of 512 threads per SM, where the register kernel (rr_fwd_kernel_f32<4>)
+// fp32 rows of N = 8 TPR (4096 at 512 threads, 2048 at 256): a lean kernel of one row per CTA, two 16-byte vectors a
+// thread (vectors t and t + TPR: each load instruction reads TPR * 16 contiguous bytes), the exact two-pass statistics
+// over the registers, 32 registers: four CTAs of 512 threads per SM, where the register kernel (rr_fwd_kernel_f32<4>)
 // runs 256 threads x 4 vectors at 64 registers, two CTAs (50% occupancy), behind torch.compile's two-pass kernel of
 // 512 threads at 32 registers. Forward, [16384, 4096], % of copy, two rounds (session 42, torch 2.11): H200 96.7 /
 // 97.4 -> 100.7 / 100.7 (compile 98.9), H100 100.3 / 100.5 -> 101.0 / 101.6 (compile 101.4). The loads under
-// l2_hint(last) as the register kernel's; under evict_first 93.0, evict_unchanged 98.1-98.3 (H200).
-// MYOPS_LN_WIDE=0: the register kernel (A/B).
+// l2_hint(last) as the register kernel's; under evict_first 93.0, evict_unchanged 98.1-98.3 (H200). Rows of 2048 at
+// 256 threads, [32768, 2048] (session 43): H200 98.9 / 98.8 -> 100.1 / 99.7 (compile 94.5), H100 100.1 / 100.0 ->
+// 101.0 / 100.9; not rows of 8192 at 1024 threads: H200 98.2 / 98.3 -> 93.2 / 93.1. MYOPS_LN_WIDE=0: the register
+// kernel (A/B).
 template <int TPR>
 __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __restrict__ y, int64_t ys,  // [M, N]
                                                                       float* __restrict__ mean,          // [M]
@@ -1045,6 +1047,45 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __r
     *reinterpret_cast<Vec<float, 4>*>(y + r * ys + c) = o;
   }
 }
+// 16-bit rows of 4096: the same one-row-per-CTA shape at 128 threads x 4 vectors (62-63 registers), the exact
+// two-pass statistics (two chains each: half the dependent adds), and the register kernel's fused output
+// fma(fma(x, rs, -mu rs), w, b) (its rounding is below the 16-bit output's). Forward [16384, 4096], % of copy, two
+// rounds (session 43, torch 2.11), the register kernel -> this: H200 bf16 90.7 / 90.7 -> 96.7 / 96.5, fp16 91.6 ->
+// 97.0 (torch.compile bf16 65.4); 256 x 2 (40-44 registers) 92.9 / 92.8, 512 x 1 (32) 75.2 / 75.1: with one row per
+// CTA the two barriers stall every warp of a row at once, and a thread with more vectors in flight covers them. H100:
+// bf16 99.0 / 99.0 -> 99.8 / 99.7, fp16 99.1 / 99.3 -> 100.4 / 100.3 (compile bf16 86.6). MYOPS_LN_WIDE=0: the
+// register kernels (A/B).
+template <class T, int TPR, int NV>
+__global__ void __launch_bounds__(TPR) ln_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                        float* __restrict__ mean,             // [M]
+                                                        float* __restrict__ rstd,             // [M]
+                                                        const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                        const T* __restrict__ w,              // [N] or null
+                                                        const T* __restrict__ b,              // [N] or null
+                                                        float inv_n, float eps, bool last) {
+  using Row = rr::WideRow<T, TPR, NV>;
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x;
+  const Row row(x, xs, r, l2_hint(last));
+  const float mu = block_sum(row.fold2([](float s, float v) { return s + v; }), red) * inv_n;
+  const float q = row.fold2([mu](float s, float v) { return fmaf(v - mu, v - mu, s); });
+  const float rs = rsqrtf(block_sum(q, red) * inv_n + eps), nmr = -mu * rs;
+  if (threadIdx.x == 0) {
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    const int c = row.col(k);
+    float a[Row::kVec], wv[Row::kVec], bv[Row::kVec];
+    row.get(k, a);
+    rr::param_vec(w, c, 1.f, wv);
+    rr::param_vec(b, c, 0.f, bv);
+#pragma unroll
+    for (int e = 0; e < Row::kVec; ++e) a[e] = fmaf(fmaf(a[e], rs, nmr), wv[e], bv[e]);
+    row.put(y + r * ys, k, a);
+  }
+}
 }  // namespace
 
 extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
@@ -1076,15 +1117,22 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
                             (float)(1.0 / N), (float)eps, rr::l2_last(M * N * es));
         });
     }
-    if constexpr (es == 4) {
+    if constexpr (es != 8) {  // the one-row-per-CTA kernels: fp32 rows of 4096 and 2048, 16-bit rows of 4096
       static const bool wide = rr::env_knob("MYOPS_LN_WIDE", 1, [](int v) { return v == 0 || v == 1; });
-      constexpr int kTpr = 512;
-      if (wide && rr::WideRowF32<kTpr>::fits(M, N) && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
-        ln_wide_f32_kernel<kTpr><<<(unsigned)M, kTpr, 0, static_cast<cudaStream_t>(stream)>>>(
-            static_cast<float*>(y.ptr), y.row_stride, static_cast<float*>(mean), static_cast<float*>(rstd),
-            static_cast<const float*>(x.ptr), x.row_stride, static_cast<const float*>(w), static_cast<const float*>(b),
+      const auto go = [&](auto kernel, int tpr) {
+        kernel<<<(unsigned)M, tpr, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<T*>(y.ptr), y.row_stride, static_cast<float*>(mean), static_cast<float*>(rstd),
+            static_cast<const T*>(x.ptr), x.row_stride, static_cast<const T*>(w), static_cast<const T*>(b),
             (float)(1.0 / N), (float)eps, rr::l2_last(M * N * es));
         return launch_status();
+      };
+      if (wide && rr::operands_ok({x}, {y}, {w, b}, M, N, es)) {
+        if constexpr (es == 4) {
+          if (rr::WideRowF32<512>::fits(M, N)) return go(ln_wide_f32_kernel<512>, 512);
+          if (rr::WideRowF32<256>::fits(M, N)) return go(ln_wide_f32_kernel<256>, 256);
+        } else {
+          if (rr::WideRow<T, 128, 4>::fits(M, N)) return go(ln_wide16_kernel<T, 128, 4>, 128);
+        }
       }
     }
     const rr::Geo g0 = rr_geo<kFwdNs<T>>(N, es);

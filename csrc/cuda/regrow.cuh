@@ -1154,21 +1154,63 @@ struct WarpReduce {
   }
 };
 
-// An fp32 row of 8 TPR elements that one CTA of TPR threads holds, two 16-byte vectors a thread: vectors t and
-// t + TPR (each load instruction reads TPR * 16 contiguous bytes), loaded under h at construction (the fp32 norms'
-// one-row-per-CTA kernels of 4096-element rows: ln_wide_f32_kernel, rms_wide_f32_kernel).
-template <int TPR> struct WideRowF32 {
-  static constexpr int kN = 8 * TPR;  // the row length
+// A row that one CTA of TPR threads holds, NV 16-byte vectors a thread: vectors t + k TPR (each load instruction
+// reads TPR * 16 contiguous bytes), loaded under h at construction. The norms' one-row-per-CTA kernels: fp32 rows of
+// 2048 / 4096 (WideRowF32: NV = 2, ln_wide_f32_kernel, rms_wide_f32_kernel) and 16-bit rows of 4096 (ln_wide16_kernel,
+// rms_wide16_kernel).
+template <class T, int TPR, int NV> struct WideRow {
+  static constexpr int kVec = 16 / sizeof(T);
+  static constexpr int kN = NV * TPR * kVec;  // the row length
   // Whether rows [M, N] fit these kernels: N == kN, a grid of M CTAs (one per row) within CUDA's x limit.
   static bool fits(int64_t M, int64_t N) { return N == kN && M <= 0x7fffffff; }
-  Vec<float, 4> v[2];
-  __device__ __forceinline__ WideRowF32(const float* x, int64_t xs, int64_t r, L2Hint h) {
-    v[0] = load_vec<float, 4>(x + r * xs + col(0), h);
-    v[1] = load_vec<float, 4>(x + r * xs + col(1), h);
+  Vec<T, kVec> v[NV];
+  __device__ __forceinline__ WideRow(const T* x, int64_t xs, int64_t r, L2Hint h) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) v[k] = load_vec<T, kVec>(x + r * xs + col(k), h);
   }
   // The first column of this thread's vector k.
-  static __device__ __forceinline__ int col(int k) { return 4 * ((int)threadIdx.x + k * TPR); }
+  static __device__ __forceinline__ int col(int k) { return kVec * ((int)threadIdx.x + k * TPR); }
+  // Vector k in acc_t, and kVec acc_t values stored (rounded to T) as vector k of the row at p.
+  __device__ __forceinline__ void get(int k, acc_t<T> (&a)[kVec]) const {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) a[e] = to_acc(v[k].v[e]);
+  }
+  // This thread's fold of its elements in acc_t, s = f(s, v), along two interleaved chains from 0 (half the
+  // dependent adds of one chain), summed.
+  template <class F> __device__ __forceinline__ acc_t<T> fold2(F f) const {
+    acc_t<T> s0 = 0, s1 = 0;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+      acc_t<T> a[kVec];
+      get(k, a);
+#pragma unroll
+      for (int e = 0; e < kVec; e += 2) {
+        s0 = f(s0, a[e]);
+        s1 = f(s1, a[e + 1]);
+      }
+    }
+    return s0 + s1;
+  }
+  static __device__ __forceinline__ void put(T* p, int k, const acc_t<T> (&a)[kVec]) {
+    Vec<T, kVec> o;
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) o.v[e] = from_acc<T>(a[e]);
+    *reinterpret_cast<Vec<T, kVec>*>(p + col(k)) = o;
+  }
 };
+template <int TPR> using WideRowF32 = WideRow<float, TPR, 2>;
+// A parameter vector's (weight, bias: [N] or null) 16 bytes at column c in acc_t, or dflt where p is null.
+template <class T> __device__ __forceinline__ void param_vec(const T* p, int c, acc_t<T> dflt,
+                                                             acc_t<T> (&a)[16 / sizeof(T)]) {
+  if (p) {
+    const Vec<T, 16 / sizeof(T)> q = *reinterpret_cast<const Vec<T, 16 / sizeof(T)>*>(p + c);
+#pragma unroll
+    for (int e = 0; e < 16 / (int)sizeof(T); ++e) a[e] = to_acc(q.v[e]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 16 / (int)sizeof(T); ++e) a[e] = dflt;
+  }
+}
 
 // A warp-row kernel's lane t and row r (one per warp).
 struct WarpRow {

@@ -703,11 +703,13 @@ inline Plan bwd_plan(int64_t M, int64_t N, int dtype, bool weight) {
   return make_plan(M, N, elem_size(dtype), 2, weight ? 1 : 0, dtype == MYOPS_F64 ? 8 : 4, true);
 }
 
-// fp32 rows of N = 8 TPR (4096 at 512 threads) in a lean kernel of one row per CTA, two 16-byte vectors a thread,
-// as layer_norm's ln_wide_f32_kernel: 26 registers, four CTAs of 512 threads per SM, where the register kernel runs
-// 256 threads x 4 vectors at 60 registers. Forward, [16384, 4096], % of copy, two rounds (session 42, torch 2.11):
-// H200 100.0 / 100.1 -> 100.6 / 100.6 (compile 100.7), H100 100.8 / 101.0 -> 101.1 / 101.1 (compile 101.5); under
-// evict_first 93.0, evict_unchanged 97.5 (H200). MYOPS_RMS_WIDE=0: the register kernel (A/B).
+// fp32 rows of N = 8 TPR (4096 at 512 threads, 2048 at 256) in a lean kernel of one row per CTA, two 16-byte vectors
+// a thread, as layer_norm's ln_wide_f32_kernel: 26 registers, four CTAs of 512 threads per SM, where the register
+// kernel runs 256 threads x 4 vectors at 60 registers. Forward, [16384, 4096], % of copy, two rounds (session 42,
+// torch 2.11): H200 100.0 / 100.1 -> 100.6 / 100.6 (compile 100.7), H100 100.8 / 101.0 -> 101.1 / 101.1 (compile
+// 101.5); under evict_first 93.0, evict_unchanged 97.5 (H200). [32768, 2048] (session 43): H200 99.8 / 99.9 ->
+// 100.1 / 100.2 (compile 101.0), H100 100.9 / 100.7 -> 101.1 / 101.5; not rows of 8192 at 1024 threads: H200 99.3 /
+// 99.1 -> 98.2 / 98.1. MYOPS_RMS_WIDE=0: the register kernels (A/B).
 template <int TPR>
 __global__ void __launch_bounds__(TPR, 2048 / TPR) rms_wide_f32_kernel(float* __restrict__ y, int64_t ys,  // [M, N]
                                                                        float* __restrict__ rstd,  // [M] or null
@@ -740,6 +742,35 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) rms_wide_f32_kernel(float* __
   }
 }
 
+// 16-bit rows of 4096 at 256 threads x 2 vectors (32 registers), as layer_norm's ln_wide16_kernel: y = x rs w.
+// Forward [16384, 4096], % of copy, two rounds (session 43, torch 2.11), the register kernel -> this: H200 bf16
+// 97.3 / 97.3 -> 98.8 / 98.8, fp16 97.7 -> 98.8 (torch.compile bf16 88.2); 128 x 4 (42-56 registers) 98.0 / 97.7,
+// 512 x 1 (27-30) 80.8 / 80.7. H100: bf16 100.6 / 100.6 -> 101.8 / 102.0, fp16 100.6 / 100.7 -> 102.1 / 102.1
+// (compile bf16 99.3). MYOPS_RMS_WIDE=0: the register kernels (A/B).
+template <class T, int TPR, int NV>
+__global__ void __launch_bounds__(TPR) rms_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                         float* __restrict__ rstd,             // [M] or null
+                                                         const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                         const T* __restrict__ w,              // [N] or null
+                                                         float inv_n, float eps, bool last) {
+  using Row = rr::WideRow<T, TPR, NV>;
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x;
+  const Row row(x, xs, r, l2_hint(last));
+  const float ss = row.fold2([](float s, float v) { return fmaf(v, v, s); });
+  const float rs = inv_sqrt(block_sum(ss, red) * inv_n + eps);
+  if (threadIdx.x == 0 && rstd != nullptr) rstd[r] = rs;
+#pragma unroll
+  for (int k = 0; k < NV; ++k) {
+    float a[Row::kVec], wv[Row::kVec];
+    row.get(k, a);
+    rr::param_vec(w, row.col(k), 1.f, wv);
+#pragma unroll
+    for (int e = 0; e < Row::kVec; ++e) a[e] = a[e] * rs * wv[e];
+    row.put(y + r * ys, k, a);
+  }
+}
+
 template <bool ADD>
 int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_operand x, myops_operand res,
             const void* w, int64_t M, int64_t N, double eps, int dtype, void* stream) {
@@ -760,14 +791,21 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
                             (acc_t<T>)eps, gl.tpr, rr::l2_last((ADD ? 2 : 1) * M * N * es));
       }
     }
-    if constexpr (!ADD && sizeof(T) == 4) {
+    if constexpr (!ADD && sizeof(T) != 8) {  // the one-row-per-CTA kernels: fp32 rows of 4096 / 2048, 16-bit of 4096
       static const bool wide = rr::env_knob("MYOPS_RMS_WIDE", 1, [](int v) { return v == 0 || v == 1; });
-      constexpr int kTpr = 512;
-      if (wide && rr::WideRowF32<kTpr>::fits(M, N) && rr::operands_ok({x}, {y}, {w}, M, N, es)) {
-        rms_wide_f32_kernel<kTpr><<<(unsigned)M, kTpr, 0, static_cast<cudaStream_t>(stream)>>>(
-            static_cast<float*>(y.ptr), y.row_stride, static_cast<float*>(rstd), static_cast<const float*>(x.ptr),
-            x.row_stride, static_cast<const float*>(w), (float)(1.0 / N), (float)eps, rr::l2_last(M * N * es));
+      const auto go = [&](auto kernel, int tpr) {
+        kernel<<<(unsigned)M, tpr, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<T*>(y.ptr), y.row_stride, static_cast<float*>(rstd), static_cast<const T*>(x.ptr),
+            x.row_stride, static_cast<const T*>(w), (float)(1.0 / N), (float)eps, rr::l2_last(M * N * es));
         return launch_status();
+      };
+      if (wide && rr::operands_ok({x}, {y}, {w}, M, N, es)) {
+        if constexpr (sizeof(T) == 4) {
+          if (rr::WideRowF32<512>::fits(M, N)) return go(rms_wide_f32_kernel<512>, 512);
+          if (rr::WideRowF32<256>::fits(M, N)) return go(rms_wide_f32_kernel<256>, 256);
+        } else {
+          if (rr::WideRow<T, 256, 2>::fits(M, N)) return go(rms_wide16_kernel<T, 256, 2>, 256);
+        }
       }
     }
     if constexpr (!ADD && sizeof(T) == 2) {
