@@ -269,10 +269,14 @@ template <class T> __device__ __forceinline__ T neox_elem(T x, T c, T xs, T sn) 
 // element offset fits 32 bits (the launcher checked), so the offsets take 32-bit multiplies. PAIR (NeoX, K = 1): one
 // thread per vector of the row's first half writes its own output and its partner's from the same two x loads (cos
 // and sin at both columns): 6 loads and the index work once per 2 outputs, where a thread of its own vector takes 4
-// loads and the index work per output; the same expressions (the same bits). H200, % of copy, forward / forward +
-// backward (session 43, torch 2.11), per vector -> PAIR: bf16 [S, H, D] 97.2 / 96.8 -> 99.5 / 97.4, heads first
-// 94.1 / 93.9 -> 96.0 / 94.5; not fp32: heads first 96.7 / 96.9 -> 96.0 / 96.0 ([S, H, D] level). Held to 32
-// registers (8 CTAs per SM; some instances spilled 8-32 bytes) it was slower: bf16 97.1 / 94.9, 95.1 / 92.8.
+// loads and the index work per output; the same expressions (the same bits). Off by default (MYOPS_ROPE_PAIR=1).
+// H200, % of copy, forward / forward+backward (session 43, torch 2.11), per vector -> a separate pair kernel under
+// __launch_bounds__(kThreads, 1) (47-53 registers): bf16 [S, H, D] 97.2 / 96.8 -> 99.5 / 97.4, heads first 94.1 /
+// 93.9 -> 96.0 / 94.5; not fp32: heads first 96.7 / 96.9 -> 96.0 / 96.0. Held to 32 registers (8 CTAs per SM; some
+// instances spilled 8-32 bytes): bf16 97.1 / 94.9, 95.1 / 92.8. This PAIR form (36-40 registers), forward, one
+// round: [S, H, D] 97.1 -> 97.1, heads first 93.7 -> 91.8. H100 (this form), % of copy, two rounds, forward /
+// forward+backward: [S, H, D] 104.8 / 102.5, 104.7 / 102.7 -> 103.8 / 101.5, 103.6 / 101.4; heads first 102.1 /
+// 99.8, 102.0 / 99.8 -> 101.0 / 99.0, 100.9 / 98.8.
 template <class T, bool INTERLEAVED, bool BWD, bool INNER_H, int K, bool NARROW, bool PAIR = false>
 __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a, const FlatArgs f) {
   static_assert(!PAIR || (!INTERLEAVED && K == 1), "the pair kernel is NeoX at one head a thread");
@@ -390,13 +394,10 @@ template <class T, bool INTERLEAVED> int rope_flat_launch(const RopeArgs<T>& a, 
   const bool last = l2_last((int64_t)f.n * K * 16), x_plain = (sizeof(T) == 4) != inner_h;
   f.xlast = rope_l2_last('X', last && !x_plain);
   f.tlast = rope_l2_last('T', last);
-  // The pair kernel (rope_flat_kernel's PAIR): 16-bit NeoX rows of whole vector pairs at one head a thread, on
-  // dram_rich_sms devices (the H200). H100, % of copy, bf16, two rounds, per vector -> PAIR (session 43): [S, H, D]
-  // forward 104.8 / 104.7 -> 103.8 / 103.6, forward+backward 102.5 / 102.7 -> 101.5 / 101.4; heads first 102.1 /
-  // 102.0 -> 101.0 / 100.9, 99.8 / 99.8 -> 99.0 / 98.8. MYOPS_ROPE_PAIR (0, 1) overrides (A/B, tests; read once).
-  static const int pair_knob = rr::env_knob("MYOPS_ROPE_PAIR", -1, [](int m) { return m == 0 || m == 1; });
-  const bool pair = !INTERLEAVED && sizeof(T) == 2 && K == 1 && f.nv % 2 == 0 &&
-                    (pair_knob >= 0 ? pair_knob == 1 : dram_rich_sms());
+  // The pair kernel (rope_flat_kernel's PAIR) for 16-bit NeoX rows of whole vector pairs at one head a thread:
+  // MYOPS_ROPE_PAIR=1 (off by default: slower on the H100, and on the H200 in this form; read once).
+  static const bool pair_knob = rr::env_knob("MYOPS_ROPE_PAIR", 0, [](int m) { return m == 0 || m == 1; });
+  const bool pair = !INTERLEAVED && sizeof(T) == 2 && K == 1 && f.nv % 2 == 0 && pair_knob;
   if (pair) {
     f.nv /= 2;
     f.n /= 2;
