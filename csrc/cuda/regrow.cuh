@@ -1170,7 +1170,7 @@ template <class T, int TPR, int NV> struct WideRow {
   }
   // The first column of this thread's vector k.
   static __device__ __forceinline__ int col(int k) { return kVec * ((int)threadIdx.x + k * TPR); }
-  // Vector k in acc_t, and kVec acc_t values stored (rounded to T) as vector k of the row at p.
+  // This thread's vector k in acc_t.
   __device__ __forceinline__ void get(int k, acc_t<T> (&a)[kVec]) const {
 #pragma unroll
     for (int e = 0; e < kVec; ++e) a[e] = to_acc(v[k].v[e]);
@@ -1191,6 +1191,7 @@ template <class T, int TPR, int NV> struct WideRow {
     }
     return s0 + s1;
   }
+  // kVec acc_t values stored (rounded to T) as this thread's vector k of the row at p.
   static __device__ __forceinline__ void put(T* p, int k, const acc_t<T> (&a)[kVec]) {
     Vec<T, kVec> o;
 #pragma unroll
