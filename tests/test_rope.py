@@ -182,14 +182,16 @@ def test_cuda_grids(dtype, shape, heads_first):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("env", [{"MYOPS_ROPE_FLAT": "0"}, {"MYOPS_ROPE_HEADS": "1"}, {"MYOPS_ROPE_HEADS": "2"}],
-                         ids=["register", "heads1", "heads2"])
+@pytest.mark.parametrize("env", [{"MYOPS_ROPE_FLAT": "0"}, {"MYOPS_ROPE_HEADS": "1"}, {"MYOPS_ROPE_HEADS": "2"},
+                                 {"MYOPS_ROPE_PAIR": "0"}, {"MYOPS_ROPE_PAIR": "1"}],
+                         ids=["register", "heads1", "heads2", "unpaired", "paired"])
 def test_kernel_variants(env):
     """The CUDA tests above under each kernel variant (knobs read once per process: run in a subprocess):
     MYOPS_ROPE_FLAT=0, the register kernel on every layout (by default the flat kernel takes every 16-byte layout);
     MYOPS_ROPE_HEADS=1 / 2, the flat kernel's heads per thread on every layout with an even head count (by default 2
     only for fp32 with the heads inner on an H200-class device, so one of the two is otherwise untested on any one
-    machine)."""
+    machine); MYOPS_ROPE_PAIR=0 / 1, the 16-bit NeoX flat kernel at one or two output vectors a thread (by default two
+    on an H200-class device only)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     r = subprocess.run([sys.executable, "-m", "pytest", os.path.abspath(__file__), "-q", "-p", "no:cacheprovider",
                         "-k", "fast_path_shapes or cuda_grids"], cwd=root, env=dict(os.environ, **env),

@@ -254,6 +254,11 @@ bool rope_l2_last(char which, bool def) {
   return v >= 0 ? v == 1 : def;
 }
 
+// One NeoX output element: x c + xs sn, xs the partner's x with its sign (rounded once to T after the fp32 fma).
+template <class T> __device__ __forceinline__ T neox_elem(T x, T c, T xs, T sn) {
+  return from_acc<T>(mul_add<T>(to_acc(x), to_acc(c), mul_rn(to_acc(xs), to_acc(sn))));
+}
+
 // The flat kernel (16-byte layouts, every thread index under 2^31): one thread per 16-byte vector v of the output's
 // rows at one position and K heads (hb, hb + H / K, ...), consecutive threads walking the output in memory order (v,
 // then the inner of the positions and the H / K head bases, then the outer, then B: INNER_H when the heads are the
@@ -261,9 +266,15 @@ bool rope_l2_last(char which, bool def) {
 // hit of a neighbouring thread's load), cos and sin at its own columns (the backward: sin at the partner's) once for
 // its K heads; an interleaved thread reads its own vectors alone. About 30-40 registers: the SMs' full 2048 threads,
 // where the register kernel's 16-bit variant held 119 registers (512 threads) and waited on its loads. NARROW: every
-// element offset fits 32 bits (the launcher checked), so the offsets take 32-bit multiplies.
-template <class T, bool INTERLEAVED, bool BWD, bool INNER_H, int K, bool NARROW>
-__global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a, const FlatArgs f) {
+// element offset fits 32 bits (the launcher checked), so the offsets take 32-bit multiplies. PAIR (NeoX, K = 1): one
+// thread per vector of the row's first half writes its own output and its partner's from the same two x loads (cos
+// and sin at both columns): 6 loads and the index work once per 2 outputs, where a thread of one vector takes 4 loads
+// and the index work per output; the same expressions (the same bits). Under __launch_bounds__(kThreads, 1) the
+// compiler keeps all 6 loads in flight before the first fma (47-53 registers, 1024-1280 threads per SM); left to the
+// default bound it interleaved them at 36-40 registers and lost the gain (H200 heads first 93.7 -> 91.8, session 43).
+template <class T, bool INTERLEAVED, bool BWD, bool INNER_H, int K, bool NARROW, bool PAIR = false>
+__global__ void __launch_bounds__(kThreads, PAIR ? 1 : 0) rope_flat_kernel(const RopeArgs<T> a, const FlatArgs f) {
+  static_assert(!PAIR || (!INTERLEAVED && K == 1), "the pair kernel is NeoX at one head a thread");
   constexpr int VEC = 16 / sizeof(T);
   using Off = std::conditional_t<NARROW, uint32_t, int64_t>;
   const uint32_t i = blockIdx.x * kThreads + threadIdx.x;
@@ -287,6 +298,24 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
       rotate_pairs<BWD>(x[k], c, sn, o);
       store<T, VEC>(a.out + (orow + (hb + k * f.hk) * (Off)a.oH + d), o);
     }
+  } else if constexpr (PAIR) {
+    // d in the first half: forward o = x c - x' s, o' = x' c' + x s'; backward o = x c + x' s', o' = x' c' - x s
+    const Off dp = d + (Off)(a.D / 2);
+    const T* xr = a.x + (xrow + hb * (Off)a.xH);  // [D]
+    T* const orp = a.out + (orow + hb * (Off)a.oH);  // [D]
+    const Vec<T, VEC> x0 = load_vec<T, VEC>(xr + d, xhint), x1 = load_vec<T, VEC>(xr + dp, xhint);
+    const Vec<T, VEC> c0 = load_vec<T, VEC>(cr + d, thint), c1 = load_vec<T, VEC>(cr + dp, thint);
+    const Vec<T, VEC> s0 = load_vec<T, VEC>(sr + d, thint), s1 = load_vec<T, VEC>(sr + dp, thint);
+    const Vec<T, VEC> xs0 = negate_if(x1, !BWD), xs1 = negate_if(x0, BWD);
+    const Vec<T, VEC>&sn0 = BWD ? s1 : s0, &sn1 = BWD ? s0 : s1;
+    Vec<T, VEC> o0, o1;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      o0.v[e] = neox_elem(x0.v[e], c0.v[e], xs0.v[e], sn0.v[e]);
+      o1.v[e] = neox_elem(x1.v[e], c1.v[e], xs1.v[e], sn1.v[e]);
+    }
+    store<T, VEC>(orp + d, o0);
+    store<T, VEC>(orp + dp, o1);
   } else {
     const Off half = (Off)(a.D / 2);
     const bool first = d < half;
@@ -305,9 +334,7 @@ __global__ void __launch_bounds__(kThreads) rope_flat_kernel(const RopeArgs<T> a
       const Vec<T, VEC> xs = negate_if(xp[k], minus);  // (-x') s = -(x' s) exactly
       Vec<T, VEC> o;
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        o.v[e] = from_acc<T>(mul_add<T>(to_acc(x[k].v[e]), to_acc(c.v[e]), mul_rn(to_acc(xs.v[e]), to_acc(sn.v[e]))));
-      }
+      for (int e = 0; e < VEC; ++e) o.v[e] = neox_elem(x[k].v[e], c.v[e], xs.v[e], sn.v[e]);
       store<T, VEC>(a.out + (orow + (hb + k * f.hk) * (Off)a.oH + d), o);
     }
   }
@@ -328,6 +355,16 @@ template <class T> int flat_heads(int64_t H, bool inner_h) {
   static const int v = rr::env_knob("MYOPS_ROPE_HEADS", 0, [](int m) { return m >= 0 && m <= 2; });
   if (H % 2 != 0) return 1;
   return v ? v : sizeof(T) == 4 && inner_h && dram_rich_sms() ? 2 : 1;
+}
+// The pair kernel for 16-bit NeoX (rope_flat_kernel's PAIR). MYOPS_ROPE_PAIR: 1 on, 0 off, unset: on where
+// dram_rich_sms() (the H200, not the H100; read once). % of copy, bf16 forward / forward+backward, per vector ->
+// pair, two rounds: H200 (session 44, this kernel) [S, H, D] 97.1 / 96.9, 97.3 / 96.9 -> 99.5 / 97.3, 99.6 / 97.4
+// (torch.compile 98.0 / 91.9), heads first 94.1 / 93.2, 94.2 / 93.3 -> 95.8 / 93.7, 95.9 / 93.9 (compile 96.4 /
+// 90.6); H100 (session 43, the same loads as a separate kernel) [S, H, D] 104.8 / 102.5 -> 103.8 / 101.5, heads
+// first 102.1 / 99.8 -> 101.0 / 99.0.
+bool rope_pair() {
+  static const int v = rr::env_knob("MYOPS_ROPE_PAIR", -1, [](int m) { return m == 0 || m == 1; });
+  return v >= 0 ? v == 1 : dram_rich_sms();
 }
 // Whether every element offset b * sB + s * sS + h * sH + d of a [B, S, H, D] operand with these strides fits 32 bits.
 bool offsets_fit(int64_t B, int64_t S, int64_t H, int64_t D, int64_t sB, int64_t sS, int64_t sH) {
@@ -362,12 +399,25 @@ template <class T, bool INTERLEAVED> int rope_flat_launch(const RopeArgs<T>& a, 
   const bool last = l2_last((int64_t)f.n * K * 16), x_plain = (sizeof(T) == 4) != inner_h;
   f.xlast = rope_l2_last('X', last && !x_plain);
   f.tlast = rope_l2_last('T', last);
+  const bool pair = !INTERLEAVED && sizeof(T) == 2 && K == 1 && f.nv % 2 == 0 && rope_pair();
+  if (pair) {  // threads over the rows' first halves
+    f.nv /= 2;
+    f.n /= 2;
+    f.by_nv = FastDiv(f.nv);
+  }
   const unsigned blocks = (unsigned)ceil_div(f.n, kThreads);
   const auto go = [&](auto kernel) { kernel<<<blocks, kThreads, 0, stream>>>(a, f); };
-  // (BWD, INNER_H, K, NARROW) as template arguments, one bit each
+  // (BWD, INNER_H, K, NARROW) as template arguments, one bit each; PAIR at K = 1 for 16-bit NeoX
   const auto pick = [&](auto bwd, auto inner, auto k2) {
     constexpr bool BWD = decltype(bwd)::value, INNER = decltype(inner)::value;
     constexpr int KK = decltype(k2)::value ? 2 : 1;
+    if constexpr (!INTERLEAVED && sizeof(T) == 2 && KK == 1) {
+      if (pair) {
+        narrow ? go(rope_flat_kernel<T, false, BWD, INNER, 1, true, true>)
+               : go(rope_flat_kernel<T, false, BWD, INNER, 1, false, true>);
+        return;
+      }
+    }
     narrow ? go(rope_flat_kernel<T, INTERLEAVED, BWD, INNER, KK, true>)
            : go(rope_flat_kernel<T, INTERLEAVED, BWD, INNER, KK, false>);
   };
