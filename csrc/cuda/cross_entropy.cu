@@ -391,6 +391,14 @@ inline bool ce_bulk(int64_t C, int es) {
 //   [16384, 8192]                  65.4 / 83.1 -> 81.2 / 90.6     44.1-55.0 / 62.4 -> 75.6 / 86.1-86.3
 //   [8192, 16384]                                                 bf16 58.2 -> 78.1
 //   [4096, 32000] unchecked        85.2-85.3 / 92.7 -> 82.7-82.8 / 92.6-92.7   75.4-75.7 / 91.1 -> 79.1 / 91.7-92.0
+// Measured and not taken (session 44, H200, bf16 [4096, 32000] unchecked forward, % of copy, two rounds; the warp
+// kernel 90.5-90.6 / 88.8-88.9 in the same calls): each lane's vectors copied by cp.async into a per-warp ring of D
+// group slots in shared memory, D groups ahead of the fold (no registers in flight; 152-218 KB of shared memory per
+// SM) 75.0-77.0 at U = 4, D = 2 / 3 and U = 2, D = 4 / 6 (fp32 82.7-84.2 against 100.0-100.2; [16384, 8192] bf16
+// 78.3-79.0 against 87.8); the next group's loads issued before this one is folded at U = 2 / 3 / 4 vectors a lane:
+// 87.2-87.5 / 90.2-90.6 / 86.8-86.9 (U = 4 spills 8-24 bytes), [16384, 8192] 80.3 / 84.6 against 86.6. Warp per row
+// for fp32 rows of 128 KB and more (H200, forward, default -> warp): [4096, 32000] 97.5-98.3 -> 99.3-100.2, but
+// [3200, 32768] 98.5 -> 86.2, [4096, 49152] 102.4 -> 102.5; bf16 [4096, 65536] 98.4 -> 87.3.
 // MYOPS_CE_WARP: 1 (default) that policy, 0 never, 2 every row of the fast path (A/B, tests). Read once.
 constexpr int64_t kWarpMaxBytes = 64 * 1024;
 constexpr int kWarpRowsPerSm = 24;
