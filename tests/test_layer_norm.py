@@ -20,7 +20,9 @@ def eager(x, weight=None, bias=None, eps=1e-5):
 
 def scale(x, *params, has_w=True, has_b=True):
     """What an fp32 layer_norm's error is relative to: (|x| + |mean|) * rstd (x - mean cancels when x is near its
-    mean), times |weight|, plus |bias|."""
+    mean), times |weight|, plus |bias|. (An empty x: nothing to scale, and var() would warn.)"""
+    if x.numel() == 0:
+        return x.abs()
     mu = x.mean(-1, keepdim=True)
     rstd = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
     s = (x.abs() + mu.abs()) * rstd
