@@ -269,9 +269,10 @@ template <class T> __device__ __forceinline__ T neox_elem(T x, T c, T xs, T sn) 
 // element offset fits 32 bits (the launcher checked), so the offsets take 32-bit multiplies. PAIR (NeoX, K = 1): one
 // thread per vector of the row's first half writes its own output and its partner's from the same two x loads (cos
 // and sin at both columns): 6 loads and the index work once per 2 outputs, where a thread of one vector takes 4 loads
-// and the index work per output; the same expressions (the same bits). Under __launch_bounds__(kThreads, 1) the
-// compiler keeps all 6 loads in flight before the first fma (47-53 registers, 1024-1280 threads per SM); left to the
-// default bound it interleaved them at 36-40 registers and lost the gain (H200 heads first 93.7 -> 91.8, session 43).
+// and the index work per output; the same expressions (the same bits). Under __launch_bounds__(kThreads, 1) all 6
+// loads issue before the first multiply (cuobjdump; 47-53 registers, 1024-1280 threads per SM); under the default
+// bound the forward issued 2 of them after its math began (36-40 registers) and lost the gain (H200 heads first 93.7
+// -> 91.8, session 43).
 template <class T, bool INTERLEAVED, bool BWD, bool INNER_H, int K, bool NARROW, bool PAIR = false>
 __global__ void __launch_bounds__(kThreads, PAIR ? 1 : 0) rope_flat_kernel(const RopeArgs<T> a, const FlatArgs f) {
   static_assert(!PAIR || (!INTERLEAVED && K == 1), "the pair kernel is NeoX at one head a thread");
@@ -360,8 +361,8 @@ template <class T> int flat_heads(int64_t H, bool inner_h) {
 // dram_rich_sms() (the H200, not the H100; read once). % of copy, bf16 forward / forward+backward, per vector ->
 // pair, two rounds: H200 (session 44, this kernel) [S, H, D] 97.1 / 96.9, 97.3 / 96.9 -> 99.5 / 97.3, 99.6 / 97.4
 // (torch.compile 98.0 / 91.9), heads first 94.1 / 93.2, 94.2 / 93.3 -> 95.8 / 93.7, 95.9 / 93.9 (compile 96.4 /
-// 90.6); H100 (session 43, the same loads as a separate kernel) [S, H, D] 104.8 / 102.5 -> 103.8 / 101.5, heads
-// first 102.1 / 99.8 -> 101.0 / 99.0.
+// 90.6); H100 (session 43, the form under the default bound; this one not timed there) [S, H, D] 104.8 / 102.5 ->
+// 103.8 / 101.5, heads first 102.1 / 99.8 -> 101.0 / 99.0.
 bool rope_pair() {
   static const int v = rr::env_knob("MYOPS_ROPE_PAIR", -1, [](int m) { return m == 0 || m == 1; });
   return v >= 0 ? v == 1 : dram_rich_sms();
