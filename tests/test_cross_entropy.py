@@ -59,13 +59,8 @@ def test_vocab_sizes(device, dtype, shape, smoothing):
     run_case(ours, eager, None, [x], tol_check=False)
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("C", [4096, 32000])
-def test_extreme_logits(device, dtype, C):
-    """Rows at the ends of the dtype's range, infinities and NaN, on the GPU's streaming forward (C a multiple of the
-    16-byte vector). Its 16-bit exps are taken against m log2 e rounded to fp32, valid while |row max| < 2^16: rows
-    beyond (bf16), +inf and NaN are redone exactly. Loss and gradient against float64, element by element."""
+def extreme_logits(dtype, C):
+    """12 rows of C logits at the ends of dtype's range (see test_extreme_logits), their targets and a gradient."""
     big = torch.finfo(dtype).max
     x = make_tensor((12, C), torch.float32, "cpu", seed=C)
     x[0] = x[0] * 200 + 3e4  # a large max inside the fast range
@@ -85,12 +80,23 @@ def test_extreme_logits(device, dtype, C):
     t = targets(12, C, "cpu", C, ignore_frac=0.0)
     t[7] = 3
     g = torch.randn(12, generator=torch.Generator().manual_seed(C))
+    return x, t, g.to(dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("C", [4096, 32000])
+def test_extreme_logits(device, dtype, C):
+    """Rows at the ends of the dtype's range, infinities and NaN, on the GPU's streaming forward (C a multiple of the
+    16-byte vector). Its 16-bit exps are taken against m log2 e rounded to fp32, valid while |row max| < 2^16: rows
+    beyond (bf16), +inf and NaN are redone exactly. Loss and gradient against float64, element by element."""
+    x, t, g = extreme_logits(dtype, C)
     xd = x.to(device).requires_grad_()
     loss = ops.cross_entropy(xd, t.to(device), reduction="none")
     (dx,) = torch.autograd.grad(loss, xd, g.to(device, dtype))
     x64 = x.double().requires_grad_()
     ref = F.cross_entropy(x64, t, reduction="none")
-    (dref,) = torch.autograd.grad(ref, x64, g.to(dtype).double())
+    (dref,) = torch.autograd.grad(ref, x64, g.double())
     check_close(loss, ref, dtype, what="loss")
     check_close(dx, dref, dtype, what="grad")
 
@@ -336,15 +342,18 @@ def test_graph_replay(dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("env", [{"MYOPS_CE_CLUSTER": "2", "MYOPS_CE_BULK": "0"},
                                  {"MYOPS_CE_CLUSTER": "8", "MYOPS_CE_BULK": "0"}, {"MYOPS_CE_BULK": "2"},
-                                 {"MYOPS_CE_WARP": "2"}],
-                         ids=["cluster2", "cluster8", "bulk", "warp"])
+                                 {"MYOPS_CE_WARP": "2"}, {"MYOPS_CE_TPR": "64"}, {"MYOPS_CE_TPR": "128"}],
+                         ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128"])
 def test_forward_variants(env, tmp_path):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
     the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
     last one part-filled); MYOPS_CE_BULK=2: the bulk-copy kernel for every row up to 64 KB (by default rows of 32-64
     KB); MYOPS_CE_WARP=2: a warp per row for every row (by default rows up to 64 KB when there are enough to fill
-    the SMs). Rows far longer and far shorter than a CTA's or cluster's threads (C = 8: one thread holds the row), a
-    partial last group (C = 1000, 16000), smoothing, an ignored row; loss and gradient against float64."""
+    the SMs); MYOPS_CE_TPR=64 / 128: that many threads a row, several rows a CTA (by default fp32 rows of 16-64 KB
+    on the H200), the last CTA's rows past the end included. Rows far longer and far shorter than a CTA's or cluster's
+    threads (C = 8: one thread holds the row), a partial last group (C = 1000, 16000), smoothing, an ignored row, and
+    test_extreme_logits' rows (a CTA's rows redone exactly beside rows that are not); loss and gradient against
+    float64."""
     cases = []
     for shape in [(5, 32000), (4, 16000), (3, 4096), (7, 1000), (2, 8)]:
         for dtype in (torch.float32, torch.bfloat16):
@@ -354,6 +363,8 @@ def test_forward_variants(env, tmp_path):
                 t[1] = -100
                 g = torch.randn(shape[0], generator=torch.Generator().manual_seed(1)).to(dtype)
                 cases.append((x, t, g, smoothing))
+    for dtype in (torch.float32, torch.bfloat16):
+        cases.append((*extreme_logits(dtype, 4096), 0.0))
     torch.save(cases, tmp_path / "in.pt")
     code = f"""import torch, ops
 out = []

@@ -11,6 +11,7 @@
 //   is the incoming gradient already divided by the row count for reduction = "mean".
 #include <climits>
 #include <cmath>
+#include <type_traits>
 
 #include "rowpipe.cuh"
 
@@ -156,8 +157,9 @@ __global__ void __launch_bounds__(kMaxThreads, 2) ce_bwd_kernel(myops_out_operan
 // copy, [4096, 32000] bf16 / fp32, V = 262144 bf16 / fp32): 2 vectors 72.3 / 87.0 / 86.1 / 98.1 against 72.8 / 87.2 /
 // 90.6 / 98.0, 2 vectors with the next group's loads in flight 57.2-70.3 / 82.3 / 80.1 / 87.4. CLUSTER: a row split
 // over a cluster of CTAs (tpr = the cluster's threads; RowReduce combines the pairs over it), for long rows whose
-// single-CTA waves leave much of the last one empty (see ce_cluster). WARP: a warp per row (tpr = 32, the row's
-// reduction by shuffles alone; see ce_warp), for many rows of up to 64 KB. Else tpr = THREADS.
+// single-CTA waves leave much of the last one empty (see ce_cluster). SUB: SUB threads a row, THREADS / SUB rows a
+// CTA (a warp: the row's reduction by shuffles alone), for many rows of up to 64 KB (see ce_fwd_tpr). Else tpr =
+// THREADS.
 constexpr int kStreamThreads = 256;  // the streaming forward's CTA
 
 // This thread's share of row xr (C columns over tpr threads, this one t), U 16-byte vectors at a time: (m, the sum
@@ -248,15 +250,25 @@ __device__ __forceinline__ Pair<acc_t<T>> reduce_ms(rr::RowReduce& red, Pair<acc
 
 // The row's (max, sum of exp) over its tpr threads, and the sum of its logits (SMOOTH) in sum_x: row_share in the
 // log2 domain for 16-bit types, redone exactly where that is out of range (the same bits in every thread of the row:
-// a uniform branch).
-template <class T, bool SMOOTH, int U, class Wait>
+// a uniform branch). SHARED: the CTA's rows share its barriers (several rows of over 32 threads), so all of them take
+// the redo's reductions when one needs it, and only that one keeps its result.
+template <class T, bool SMOOTH, int U, bool SHARED = false, class Wait>
 __device__ __forceinline__ Pair<acc_t<T>> row_stats(rr::RowReduce& red, const T* __restrict__ xr, int C, int t,
                                                     int tpr, acc_t<T>& sum_x, const Wait& wait) {
   using A = acc_t<T>;
   constexpr bool LOG2 = sizeof(T) == 2;
   A sx;
   Pair<A> ms = reduce_ms<T>(red, row_share<T, SMOOTH, LOG2, U>(xr, C, t, tpr, sx, wait), tpr);
-  if (LOG2 && !(ms.b < INFINITY)) ms = reduce_ms<T>(red, row_share<T, SMOOTH, false, U>(xr, C, t, tpr, sx, wait), tpr);
+  if constexpr (LOG2 && SHARED) {
+    const bool redo = !(ms.b < INFINITY);
+    if (__syncthreads_or(redo)) {
+      A sx2;
+      const Pair<A> ex = reduce_ms<T>(red, row_share<T, SMOOTH, false, U>(xr, C, t, tpr, sx2, wait), tpr);
+      if (redo) ms = ex, sx = sx2;
+    }
+  } else if (LOG2 && !(ms.b < INFINITY)) {
+    ms = reduce_ms<T>(red, row_share<T, SMOOTH, false, U>(xr, C, t, tpr, sx, wait), tpr);
+  }
   sum_x = SMOOTH ? red(sx, rr::Sum{}, A(0)) : A(0);
   return ms;
 }
@@ -282,7 +294,7 @@ __device__ __forceinline__ void finish_row(acc_t<T>* __restrict__ loss, acc_t<T>
   loss[r] = lo;
 }
 
-template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads, bool WARP = false>
+template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads, int SUB = 0>
 __global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __restrict__ loss,          // [M]
                                                                 acc_t<T>* __restrict__ stats,         // [M, 2]
                                                                 const T* __restrict__ x, int64_t xs,  // [M, C]
@@ -292,22 +304,30 @@ __global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __rest
                                                                 int cluster_tpr) {
   using A = acc_t<T>;
   __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
-  static_assert(!(WARP && CLUSTER), "a warp per row or a cluster per row");
-  const int tpr = CLUSTER ? cluster_tpr : WARP ? 32 : THREADS;
+  static_assert(!(SUB && CLUSTER), "several rows per CTA or a cluster per row");
+  static_assert(SUB == 0 || (SUB >= 32 && THREADS % (SUB ? SUB : 1) == 0 && (SUB & (SUB - 1)) == 0),
+                "SUB: a power of 2 of warps that divides the CTA");
+  constexpr int RPC = SUB ? THREADS / SUB : 1;  // rows per CTA
+  const int tpr = CLUSTER ? cluster_tpr : SUB ? SUB : THREADS;
   rr::RowReduce red(red_buf, tpr);
   // (rr::Lane's indices, written out: through Lane the one-CTA kernels took 58 -> 63 registers, bf16, and the
   // smoothed one spilled)
-  const int t = CLUSTER ? (int)(rr::cluster_rank() * THREADS + threadIdx.x) : WARP ? (int)(threadIdx.x & 31)
-                                                                                 : (int)threadIdx.x;
-  const int64_t first = CLUSTER ? rr::cluster_id() : WARP ? blockIdx.x * (THREADS / 32) + threadIdx.x / 32 : blockIdx.x,
-                step = CLUSTER ? rr::cluster_count() : WARP ? (int64_t)gridDim.x * (THREADS / 32) : gridDim.x;
+  const int t = CLUSTER ? (int)(rr::cluster_rank() * THREADS + threadIdx.x) : SUB ? (int)(threadIdx.x & (SUB - 1))
+                                                                                : (int)threadIdx.x;
+  const int sub = SUB ? (int)(threadIdx.x / SUB) : 0;
+  // A warp per row runs its own row loop; wider rows of a CTA share its barriers, so their loop runs over the CTA's
+  // first row and a row past M redoes row M - 1 without writing it.
+  const int64_t first = CLUSTER ? rr::cluster_id() : blockIdx.x * RPC + (SUB == 32 ? threadIdx.x / 32 : 0),
+                step = CLUSTER ? rr::cluster_count() : (int64_t)gridDim.x * RPC;
   pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
-  for (int64_t r = first; r < M; r += step) {
+  for (int64_t r0 = first; r0 < M; r0 += step) {
+    const bool live = SUB <= 32 || r0 + sub < M;
+    const int64_t r = SUB <= 32 ? r0 : live ? r0 + sub : M - 1;
     const T* __restrict__ xr = x + r * xs;
     const RowTarget<T> rt(t == 0, target, r, t_stride, xr, C, ignore_index);
     A sum_x;
-    const Pair<A> ms = row_stats<T, SMOOTH, U>(red, xr, C, t, tpr, sum_x, [](int) {});
-    if (t == 0) finish_row<T, SMOOTH>(loss, stats, r, ms, sum_x, rt, C, ignore_index, smoothing);
+    const Pair<A> ms = row_stats<T, SMOOTH, U, (SUB > 32)>(red, xr, C, t, tpr, sum_x, [](int) {});
+    if (t == 0 && live) finish_row<T, SMOOTH>(loss, stats, r, ms, sum_x, rt, C, ignore_index, smoothing);
   }
 }
 // The forward of rows of kBulkMinBytes to kBulkMaxBytes, one per CTA: at its start thread 0 hands the whole row to
@@ -371,18 +391,18 @@ __global__ void __launch_bounds__(THREADS, 2) bulk_fwd_kernel(acc_t<T>* __restri
       row_stats<T, SMOOTH, U>(red, reinterpret_cast<const T*>(bulk_row), C, threadIdx.x, THREADS, sum_x, landed);
   if (threadIdx.x == 0) finish_row<T, SMOOTH>(loss, stats, r, ms, sum_x, rt, C, ignore_index, smoothing);
 }
-// MYOPS_CE_BULK: 1 (default) rows of kBulkMinBytes to kBulkMaxBytes take bulk_fwd_kernel, 0 none, 2 every row up to
-// kBulkMaxBytes (A/B). Read once.
-inline bool ce_bulk(int64_t C, int es) {
+// MYOPS_CE_BULK: 1 (default) rows of kBulkMinBytes to kBulkMaxBytes take bulk_fwd_kernel (but fp32 rows on the
+// H200: see ce_fwd_tpr), 0 none, 2 every row up to kBulkMaxBytes (A/B). Read once.
+inline int ce_bulk_mode() {
   static const int mode = rr::env_knob("MYOPS_CE_BULK", 1, [](int m) { return m >= 0 && m <= 2; });
-  const int64_t bytes = C * es;
-  return mode != 0 && bytes <= kBulkMaxBytes && (mode == 2 || bytes >= kBulkMinBytes);
+  return mode;
 }
 
-// A warp per row (stream_fwd_kernel's WARP) where there are enough rows to give every SM kWarpRowsPerSm of them at
-// once (of the 32 warps it holds: four 256-thread CTAs), for rows of up to kBulkMinBytes, and for longer rows up to
-// kWarpMaxBytes on devices of over 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200, not the H100: there the
-// bulk kernel stays ahead at 64 KB, 85.2 against 82.7, while a warp per row wins at 32 KB, fp32 [16384, 8192]).
+// A warp per row (stream_fwd_kernel's SUB = 32; 16-bit rows, and fp32 rows on the H100) where there are enough rows
+// to give every SM kWarpRowsPerSm of them at once (of the 32 warps it holds: four 256-thread CTAs), for rows of up
+// to kBulkMinBytes, and for longer rows up to kWarpMaxBytes on devices of over 30 GB/s of DRAM bandwidth per SM
+// (dram_rich_sms: the H200, not the H100: there the bulk kernel stays ahead at 64 KB, 85.2 against 82.7, while a
+// warp per row wins at 32 KB, fp32 [16384, 8192]).
 // Each such warp keeps 2 KB of its row in flight (U = 4 vectors a lane) and reduces by shuffles alone, so an SM
 // streams many rows with no CTA barrier between them; fewer rows take a CTA per row, which keeps more of each row in
 // flight. Forward, % of copy, a CTA per row (stream_fwd_kernel, or bulk_fwd_kernel at 32-64 KB) -> a warp per row:
@@ -399,14 +419,54 @@ inline bool ce_bulk(int64_t C, int es) {
 // 87.2-87.5 / 90.2-90.6 / 86.8-86.9 (U = 4 spills 8-24 bytes), [16384, 8192] 80.3 / 84.6 against 86.6. Warp per row
 // for fp32 rows of 128 KB and more (H200, forward, default -> warp): [4096, 32000] 97.5-98.3 -> 99.3-100.2, but
 // [3200, 32768] 98.5 -> 86.2, [4096, 49152] 102.4 -> 102.5; bf16 [4096, 65536] 98.4 -> 87.3.
-// MYOPS_CE_WARP: 1 (default) that policy, 0 never, 2 every row of the fast path (A/B, tests). Read once.
+// fp32 rows of up to kWarpMaxBytes on dram_rich_sms devices instead (session 45): the rows of a CTA share it in the
+// widest power of 2 of threads, 32 to kStreamThreads, that still gives each row 4 groups or more (tpr * 256 bytes
+// <= the row: 16 KB rows 64 threads, 32 KB 128, 64 KB a CTA per row, the stream kernel: bulk_fwd_kernel trails it
+// there, [16384, 8192] 72.6 against 94.4, [8192, 16384] 93.5 against 98.1). A group then carries more of the row, and
+// fp32 folds half the elements of a 16-bit row of the same bytes, so the wider row's barriers cost less than the
+// loads they keep in flight; 16-bit rows stay a warp each (H200, bf16, a warp -> 64 threads: [16384, 8192] 86.6 ->
+// 83.1, [8192, 16384] 89.9 -> 87.2, [4096, 32000] 88.8 -> 88.3). Where that width gives under kSmallWaves waves of
+// rows (four 256-thread CTAs an SM), the rows of one wave at full occupancy instead: the narrowest width no smaller
+// than the chip's resident threads over M, so that every row is in flight from the start. H200, fp32 forward,
+// unchecked, % of copy, a warp / 64 / 128 / 256 threads a row (256: the stream kernel), two calls:
+//   [32768, 4096]   95.5-95.8 / 96.9-97.0 / 93.9-94.1 / 80.2-80.3
+//   [16384, 8192]   90.6-92.7 / 95.5-97.6 / 97.0-98.9 / 94.4-96.9
+//   [8192, 16384]   94.5-96.8 / 94.2-96.5 / 96.6-98.7 / 98.1-100.2
+//   [4096, 8192]    84.5-84.6 / 71.8 / 78.8-79.0 / 77.4-77.9      (3.9 waves at 128 threads: a warp)
+//   [2048, 16384]   77.2-77.6 / 84.0-84.2 / 71.4 / 79.3-79.4      (3.9 waves at 256: 64 threads)
+//   [4096, 16000]   90.1 / - / 87.9 / 86.5                         (3.9 waves at 128: a warp)
+//   [65536, 2048]   90.7 / 88.1
+// The former policy (a warp per row from 24 rows per SM, else the bulk kernel at 32-64 KB, else a CTA per row) ->
+// this one, a third call: [16384, 8192] 90.7 -> 97.1, [32768, 4096] 93.8 -> 95.1, [2048, 16384] 76.8 -> 82.3,
+// [1024, 16384] 61.5 -> 69.1, [1024, 4096] 30.2 -> 33.5, [512, 8192] 30.5 -> 34.6; [8192, 16384] the table's warp ->
+// 256 column.
+// MYOPS_CE_WARP: 1 (default) that policy, 0 no rows shared by a CTA, 2 a warp per row always (A/B, tests);
+// MYOPS_CE_TPR (32, 64 or 128) fixes the threads of every row instead. Read once.
 constexpr int64_t kWarpMaxBytes = 64 * 1024;
 constexpr int kWarpRowsPerSm = 24;
-inline bool ce_warp(int64_t M, int64_t row_bytes) {
+constexpr int kSmallWaves = 5;
+// The forward's kernel for M rows of row_bytes: the streaming kernel's threads a row, 32, 64 or 128 (several rows a
+// CTA) or kStreamThreads (a CTA, or a cluster, per row), or 0: bulk_fwd_kernel. The knobs fixing one come first.
+inline int ce_fwd_tpr(int64_t M, int64_t row_bytes, int es) {
   static const int mode = rr::env_knob("MYOPS_CE_WARP", 1, [](int m) { return m >= 0 && m <= 2; });
-  if (mode != 1) return mode == 2;
-  if (row_bytes > kWarpMaxBytes || M < (int64_t)kWarpRowsPerSm * sm_count()) return false;
-  return row_bytes <= kBulkMinBytes || dram_rich_sms();
+  static const int fixed =
+      rr::env_knob("MYOPS_CE_TPR", 0, [](int t) { return t == 0 || t == 32 || t == 64 || t == 128; });
+  const int bulk = ce_bulk_mode();
+  if (fixed) return fixed;
+  if (mode == 2) return 32;
+  if (bulk == 2 && row_bytes <= kBulkMaxBytes) return 0;
+  if (mode == 1 && row_bytes <= kWarpMaxBytes) {
+    if (es == 4 && dram_rich_sms()) {
+      const int64_t resident = 4LL * kStreamThreads * sm_count();
+      int tpr = 32;
+      while (tpr < kStreamThreads && 2 * tpr * 256 <= row_bytes) tpr *= 2;
+      if (M * tpr < kSmallWaves * resident)
+        while (tpr > 32 && M * tpr > resident) tpr /= 2;
+      return tpr;
+    }
+    if (M >= (int64_t)kWarpRowsPerSm * sm_count() && (row_bytes <= kBulkMinBytes || dram_rich_sms())) return 32;
+  }
+  return bulk == 1 && row_bytes >= kBulkMinBytes && row_bytes <= kBulkMaxBytes ? 0 : kStreamThreads;
 }
 
 // CTAs per row of the streaming forward: 1, unless the row is long (kCeClusterBytes or more) and one CTA per row
@@ -698,15 +758,23 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
             g.rows = 1;
             return stream(g, g.cluster > 1 ? clustered : plain);
           };
-          if (ce_warp(M, C * es)) {
+          const auto sub = [&](auto sub_tpr) {  // several rows per CTA, sub_tpr threads each
+            constexpr int S = decltype(sub_tpr)::value;
             rr::Geo g;
             g.threads = kStreamThreads;
-            g.tpr = 32;
-            g.rows = kStreamThreads / 32;
-            return smoothing != 0.0 ? stream(g, stream_fwd_kernel<T, true, false, 4, kStreamThreads, true>)
-                                    : stream(g, stream_fwd_kernel<T, false, false, 4, kStreamThreads, true>);
+            g.tpr = S;
+            g.rows = kStreamThreads / S;
+            return smoothing != 0.0 ? stream(g, stream_fwd_kernel<T, true, false, 4, kStreamThreads, S>)
+                                    : stream(g, stream_fwd_kernel<T, false, false, 4, kStreamThreads, S>);
+          };
+          const int tpr = ce_fwd_tpr(M, C * es, es);
+          switch (tpr) {
+            case 32: return sub(std::integral_constant<int, 32>{});
+            case 64: return sub(std::integral_constant<int, 64>{});
+            case 128: return sub(std::integral_constant<int, 128>{});
+            default: break;
           }
-          if (ce_bulk(C, es) && M < (1LL << 31)) {
+          if (tpr == 0 && M < (1LL << 31)) {
             rr::Geo g;
             g.threads = kStreamThreads;
             g.smem = std::max((int)(C * es), kBulkSmemFloor);  // (two CTAs per SM: see kBulkSmemFloor)
