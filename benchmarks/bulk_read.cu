@@ -12,7 +12,19 @@
 // Session 36, H100: ldg sum 98.7%, ldg fold 96.7%, bulk sum 99.8% (2 CTAs an SM), bulk fold 97.2% (2), 96.5% (3),
 // where the op's row kernel (reduction "none") ran at about 92%; bulk fold + CE 96.5-96.7%; cross_entropy's own
 // bulk_fwd_kernel in this harness 94.8-94.9% (uniform or normal logits), the op ("mean", bench) about 92.5%.
-// Transport (ldg against bulk at the plain sum) and compute (sum against fold) come apart. Timed with CUDA events
+// Transport (ldg against bulk at the plain sum) and compute (sum against fold) come apart.
+// Session 45 (for the H200, where the op's bf16 forward at [4096, 32000] takes a warp per row and stops at 88-89% of
+// copy, 91.4 with its exps removed, while sum(dim=-1) reads the same logits at 99.3):
+//   warp sum / warp fold:  a warp per task, 4 16-byte loads in flight a lane, 8 warps a CTA, 4 CTAs an SM; a task is
+//                          a row, or with split S one of S consecutive parts of one (S tasks a row: more, shorter
+//                          tasks, written as partial results), tasks in row order (a warp's neighbours read the same
+//                          rows), or "by part" (task t: row t % M, part t / M: the chip reads part 0 of every row
+//                          first);
+//   real CE: warp / 64 / CTA: cross_entropy's stream_fwd_kernel as its launcher runs it, SUB = 32 / 64 / a CTA a row,
+//                          alone (loss per row and stats);
+//   real CE op none / mean: myops_cross_entropy_cuda itself (no target check), reduction "none" (the row kernel) and
+//                          "mean" (the row kernel, then the loss's reduction kernel as a programmatic dependent).
+// Timed with CUDA events
 // behind a 256 MB L2 flush by reading (median of 50), as % of a 1 GiB device-to-device cudaMemcpy timed in the run.
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/bulk_read benchmarks/bulk_read.cu && /tmp/bulk_read [M C]
 // (with cross_entropy's own kernel: add --expt-relaxed-constexpr -Icsrc/cuda -Icsrc)
@@ -144,6 +156,37 @@ __global__ void __launch_bounds__(NT) ldg_kernel(float* __restrict__ out, const 
     take<FOLD>(q, st);
   }
   finish<FOLD>(st, out, sh);
+}
+
+// A warp per task (see the header): task t's part of its row, U vectors a lane at a time, folded as take does; lane 0
+// writes the task's sum, or its log-sum-exp, to out[t].
+template <bool FOLD, bool BY_ROW>
+__global__ void __launch_bounds__(NT, 4) warp_kernel(float* __restrict__ out, const uint4* __restrict__ x, int nv,
+                                                     int M, int split) {
+  const int64_t task = (int64_t)blockIdx.x * (NT / 32) + threadIdx.x / 32;
+  if (task >= (int64_t)M * split) return;
+  const int64_t row = BY_ROW ? task / split : task % M;
+  const int part = (int)(BY_ROW ? task % split : task / M), lane = threadIdx.x & 31;
+  const int v0 = (int)((int64_t)nv * part / split), v1 = (int)((int64_t)nv * (part + 1) / split);
+  const uint4* xr = x + row * nv;
+  const uint4 fill = FOLD ? make_uint4(kNegInf2, kNegInf2, kNegInf2, kNegInf2) : make_uint4(0, 0, 0, 0);
+  State st;
+  for (int j0 = v0; j0 < v1; j0 += 32 * U) {
+    uint4 q[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int j = j0 + u * 32 + lane;
+      q[u] = j < v1 ? xr[j] : fill;
+    }
+    take<FOLD>(q, st);
+  }
+  float m = st.m;
+#pragma unroll
+  for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(~0u, m, o));
+  float v = FOLD ? (st.m == -INFINITY ? 0.f : st.s * ex2(st.c - m * kLog2e)) : st.s;
+#pragma unroll
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(~0u, v, o);
+  if (lane == 0) out[task] = FOLD ? m + logf(v) : v;
 }
 
 __device__ __forceinline__ unsigned saddr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -296,6 +339,20 @@ int main(int argc, char** argv) {
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   report("ldg sum", timer.median_us([&] { ldg_kernel<false><<<M, NT>>>(out, xv, nv); }));
   report("ldg fold", timer.median_us([&] { ldg_kernel<true><<<M, NT>>>(out, xv, nv); }));
+  float* parts;  // (the warp kernels' partial results: M * 8 at most)
+  CK(cudaMalloc(&parts, (size_t)M * 8 * 4));
+  for (int split = 1; split <= 8; split *= 2) {
+    const unsigned grid = (unsigned)(((int64_t)M * split + NT / 32 - 1) / (NT / 32));
+    char name[64];
+    snprintf(name, sizeof name, "warp sum, split %d", split);
+    report(name, timer.median_us([&] { warp_kernel<false, true><<<grid, NT>>>(parts, xv, nv, M, split); }));
+    snprintf(name, sizeof name, "warp fold, split %d", split);
+    report(name, timer.median_us([&] { warp_kernel<true, true><<<grid, NT>>>(parts, xv, nv, M, split); }));
+    if (split == 1) continue;
+    snprintf(name, sizeof name, "warp fold, split %d by part", split);
+    report(name, timer.median_us([&] { warp_kernel<true, false><<<grid, NT>>>(parts, xv, nv, M, split); }));
+  }
+  CK(cudaGetLastError());
   const int row_bytes = nv * 16;
   CK(cudaFuncSetAttribute(bulk_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   CK(cudaFuncSetAttribute(bulk_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
@@ -333,10 +390,35 @@ int main(int argc, char** argv) {
       CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       report(name, timer.median_us([&] { kernel<<<M, kStreamThreads, smem>>>(out, stats, x, C, target, C); }));
     };
+    {  // the stream kernel as the launcher runs it, alone, then the op (no target check) as it runs
+      using T = __nv_bfloat16;
+      const auto stream = [&](const char* name, auto kernel, int rows) {
+        const unsigned grid = (unsigned)((M + rows - 1) / rows);
+        report(name, timer.median_us([&] {
+          kernel<<<grid, kStreamThreads>>>(out, stats, x, C, target, 1, M, C, -100, 0.f, kStreamThreads / rows);
+        }));
+        CK(cudaGetLastError());
+      };
+      stream("real CE: warp a row", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 32>, 8);
+      stream("real CE: 64 threads a row", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 64>, 4);
+      stream("real CE: a CTA a row", stream_fwd_kernel<T, false, false>, 1);
+    }
     variant("real: one-pass pair", real_variant<0>);
     variant("real: no redo path", real_variant<1>);
     variant("real: probe's reductions", real_variant<2>);
     variant("real: no target", real_variant<3>);
+    {  // the op last (a failed launch ends the run)
+      void* loss;
+      CK(cudaMalloc(&loss, 4));
+      int64_t bad = 0;
+      const myops_operand xo{x, C, 1};
+      for (int mean = 0; mean < 2; ++mean)
+        report(mean ? "real CE op, mean" : "real CE op, none", timer.median_us([&] {
+                 CK(myops_cross_entropy_cuda(mean ? loss : nullptr, 1, out, stats, nullptr, 0, &bad, xo, target, 1, M,
+                                             C, -100, 0.0, MYOPS_BF16, nullptr));
+               }));
+      CK(cudaFree(loss));
+    }
     fill_kernel<<<1024, 256>>>(x, n, false);
     CK(cudaGetLastError());
   }
