@@ -434,7 +434,7 @@ inline int ce_bulk_mode() {
 //   [8192, 16384]   94.5-96.8 / 94.2-96.5 / 96.6-98.7 / 98.1-100.2
 //   [4096, 8192]    84.5-84.6 / 71.8 / 78.8-79.0 / 77.4-77.9      (3.9 waves at 128 threads: a warp)
 //   [2048, 16384]   77.2-77.6 / 84.0-84.2 / 71.4 / 79.3-79.4      (3.9 waves at 256: 64 threads)
-//   [4096, 16000]   90.1 / - / 87.9 / 86.5                         (3.9 waves at 128: a warp)
+//   [4096, 16000]   90.1 / - / 87.9 / - (bulk_fwd_kernel 86.5)     (3.9 waves at 128: a warp)
 //   [65536, 2048]   90.7 / 88.1
 // The former policy (a warp per row from 24 rows per SM, else the bulk kernel at 32-64 KB, else a CTA per row) ->
 // this one, a third call: [16384, 8192] 90.7 -> 97.1, [32768, 4096] 93.8 -> 95.1, [2048, 16384] 76.8 -> 82.3,
