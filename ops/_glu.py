@@ -33,13 +33,4 @@ def define(name: str, act: str) -> tuple[Callable, Callable]:
     torch.library.register_fake(f"myops::{name}_backward")(
         lambda grad, gate, up: (gate.new_empty(gate.shape), gate.new_empty(gate.shape)))
 
-    def setup(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-
-    def grad_fn(ctx, grad):
-        gate, up = ctx.saved_tensors
-        dgate, dup = backward(grad, gate, up)
-        return (dgate if ctx.needs_input_grad[0] else None), (dup if ctx.needs_input_grad[1] else None)
-
-    torch.library.register_autograd(f"myops::{name}", grad_fn, setup_context=setup)
     return fn, fn_backward

@@ -34,13 +34,4 @@ def define(name: str, expr: str):
     torch.library.register_fake(f"myops::{name}_backward")(
         lambda grad, y, dim: moved_empty(y, check_dim(f"{name}_backward", y, dim)))
 
-    def setup(ctx, inputs, output):
-        ctx.save_for_backward(output)
-        ctx.dim = inputs[1] if len(inputs) > 1 else -1
-
-    def grad_fn(ctx, grad):
-        (y,) = ctx.saved_tensors
-        return backward(grad, y, ctx.dim), None
-
-    torch.library.register_autograd(f"myops::{name}", grad_fn, setup_context=setup)
     return fn

@@ -14,14 +14,3 @@ def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _(a, b):
     torch._check(a.shape == b.shape, lambda: f"myops.add: b must have the same shape as a {list(a.shape)}")
     return a.new_empty(a.shape)
-
-
-def _setup(ctx, inputs, output):
-    pass
-
-
-def _backward(ctx, grad):
-    return grad, grad
-
-
-torch.library.register_autograd("myops::add", _backward, setup_context=_setup)

@@ -32,24 +32,3 @@ def _(x, residual, weight=None, eps=1e-6):
 def _(grad_y, grad_s, s, rstd, weight, weight_grad, eps):
     dw = s.new_empty((s.shape[-1],) if weight is not None and weight_grad else (0,))
     return s.new_empty(s.shape), dw
-
-
-def _setup(ctx, inputs, output):
-    ctx.mark_non_differentiable(output[2])
-    # unused outputs' gradients stay None: no zero-filled rstd gradient, and no [M, N] zeros for grad_s when only y
-    # is used (the kernel then reads no grad_s)
-    ctx.set_materialize_grads(False)
-    ctx.save_for_backward(output[1], output[2], inputs[2])
-    ctx.eps = inputs[3]
-
-
-def _backward(ctx, grad_y, grad_s, _grad_rstd):
-    s, rstd, weight = ctx.saved_tensors
-    want_w = weight is not None and ctx.needs_input_grad[2]
-    if grad_y is None:  # only s was used (or neither): the norm contributes nothing
-        return grad_s, grad_s, None, None
-    ds, dw = BACKWARD(grad_y, grad_s, s, rstd, weight, want_w, ctx.eps)
-    return ds, ds, (dw if want_w else None), None
-
-
-torch.library.register_autograd("myops::add_rms_norm", _backward, setup_context=_setup)

@@ -33,16 +33,3 @@ def _(x, bias):
 def _(grad, x, bias):
     _check_bias("bias_gelu_backward", x, bias)
     return grad.new_empty(grad.shape), grad.new_empty(grad.shape[-1:])
-
-
-def _setup(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0], inputs[1])
-
-
-def _backward(ctx, grad):
-    x, bias = ctx.saved_tensors
-    dx, db = BACKWARD(grad, x, bias)
-    return dx, db if ctx.needs_input_grad[1] else None
-
-
-torch.library.register_autograd("myops::bias_gelu", _backward, setup_context=_setup)

@@ -38,24 +38,3 @@ def _(x, weight=None, bias=None, eps=1e-5):
 def _(grad, x, mean, rstd, weight, params_grad, eps):
     n = x.shape[-1] if params_grad else 0
     return x.new_empty(x.shape), x.new_empty((n,)), x.new_empty((n,))
-
-
-def _setup(ctx, inputs, output):
-    ctx.mark_non_differentiable(output[1], output[2])
-    ctx.set_materialize_grads(False)  # no zero-filled gradients for mean and rstd on every backward
-    ctx.save_for_backward(inputs[0], output[1], output[2], inputs[1])
-    ctx.has_bias = inputs[2] is not None
-    ctx.eps = inputs[3]
-
-
-def _backward(ctx, grad, _grad_mean, _grad_rstd):
-    if grad is None:  # (gradients are not materialized: y unused)
-        return None, None, None, None
-    x, mean, rstd, weight = ctx.saved_tensors
-    want_w = weight is not None and ctx.needs_input_grad[1]
-    want_b = ctx.has_bias and ctx.needs_input_grad[2]
-    dx, dw, db = BACKWARD(grad, x, mean, rstd, weight, want_w or want_b, ctx.eps)
-    return dx, (dw if want_w else None), (db if want_b else None), None
-
-
-torch.library.register_autograd("myops::layer_norm", _backward, setup_context=_setup)

@@ -28,20 +28,3 @@ def _(grad, a, b):
     torch._check(a.shape == b.shape == grad.shape,
                  lambda: f"myops.mul_backward: grad and b must have the shape of a {list(a.shape)}")
     return a.new_empty(a.shape), a.new_empty(a.shape)
-
-
-def _setup(ctx, inputs, output):
-    a, b = inputs
-    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
-
-
-def _backward(ctx, grad):
-    a, b = ctx.saved_tensors
-    if ctx.needs_input_grad[0] and ctx.needs_input_grad[1]:
-        return BACKWARD(grad, a, b)
-    da = OP(grad, b) if ctx.needs_input_grad[0] else None
-    db = OP(grad, a) if ctx.needs_input_grad[1] else None
-    return da, db
-
-
-torch.library.register_autograd("myops::mul", _backward, setup_context=_setup)

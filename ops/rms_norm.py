@@ -38,23 +38,3 @@ def _(x, weight=None, eps=1e-6):
 def _(grad, x, rstd, weight, weight_grad, eps):
     dw = x.new_empty((x.shape[-1],) if weight is not None and weight_grad else (0,))
     return x.new_empty(x.shape), dw
-
-
-def _setup(ctx, inputs, output):
-    x, weight = inputs[0], inputs[1]
-    ctx.mark_non_differentiable(output[1])
-    ctx.set_materialize_grads(False)  # no zero-filled gradient for rstd on every backward
-    ctx.save_for_backward(x, output[1], weight)
-    ctx.eps = inputs[2]
-
-
-def _backward(ctx, grad, _grad_rstd):
-    if grad is None:  # (gradients are not materialized: y unused)
-        return None, None, None
-    x, rstd, weight = ctx.saved_tensors
-    want_w = weight is not None and ctx.needs_input_grad[1]
-    dx, dw = BACKWARD(grad, x, rstd, weight, want_w, ctx.eps)
-    return dx, (dw if want_w else None), None
-
-
-torch.library.register_autograd("myops::rms_norm", _backward, setup_context=_setup)

@@ -62,38 +62,3 @@ def _(x, cos, sin, heads_first=False, interleaved=False):
 def _(grad, cos, sin, heads_first=False, interleaved=False):
     _check("rope_backward", "grad", grad, cos, sin, heads_first)
     return grad.new_empty(grad.shape)
-
-
-def _setup(ctx, inputs, output):
-    x, cos, sin, heads_first, interleaved = inputs
-    ctx.heads_first, ctx.interleaved = heads_first, interleaved
-    # x is needed only for the cos/sin gradients (usually they are buffers that need none).
-    ctx.table_grad = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
-    ctx.save_for_backward(cos, sin, x if ctx.table_grad else None)
-
-
-def _table_grad(prod: torch.Tensor, like: torch.Tensor, heads_first: bool) -> torch.Tensor:
-    """prod ([..., S, H, D] or [..., H, S, D]) summed to like's shape: over the heads dim and the dims like is
-    broadcast over. The same reduction (sum_to_size onto like with a heads dim of 1) as eager autograd's for
-    x * cos.unsqueeze(heads dim)."""
-    head = -3 if heads_first else -2
-    return prod.sum_to_size(like.unsqueeze(head).shape).squeeze(head).to(like.dtype)
-
-
-def _backward(ctx, grad):
-    cos, sin, x = ctx.saved_tensors
-    dx = BACKWARD(grad, cos, sin, ctx.heads_first, ctx.interleaved) if ctx.needs_input_grad[0] else None
-    dcos = dsin = None
-    if ctx.table_grad:
-        # out = x * cos + rotate(x) * sin (cos/sin broadcast): dcos = sum(g * x), dsin = sum(g * rotate(x)), with
-        # products and sums in fp32 for half types.
-        acc = torch.float32 if grad.dtype in (torch.float16, torch.bfloat16) else grad.dtype
-        g, xa = grad.to(acc), x.to(acc)
-        if ctx.needs_input_grad[1]:
-            dcos = _table_grad(g * xa, cos, ctx.heads_first)
-        if ctx.needs_input_grad[2]:
-            dsin = _table_grad(g * rotate(xa, ctx.interleaved), sin, ctx.heads_first)
-    return dx, dcos, dsin, None, None
-
-
-torch.library.register_autograd("myops::rope", _backward, setup_context=_setup)

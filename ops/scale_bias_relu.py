@@ -29,17 +29,3 @@ def _(x, bias, scale):
 def _(grad, out, scale):
     torch._check(grad.dim() >= 1, lambda: "myops.scale_bias_relu_backward: grad must have at least 1 dimension")
     return grad.new_empty(grad.shape), grad.new_empty(grad.shape[-1:])
-
-
-def _setup(ctx, inputs, output):
-    ctx.scale = inputs[2]
-    ctx.save_for_backward(output)
-
-
-def _backward(ctx, grad):
-    (out,) = ctx.saved_tensors
-    dx, db = BACKWARD(grad, out, ctx.scale)
-    return dx, db if ctx.needs_input_grad[1] else None, None
-
-
-torch.library.register_autograd("myops::scale_bias_relu", _backward, setup_context=_setup)

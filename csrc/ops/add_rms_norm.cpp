@@ -2,6 +2,7 @@
 // eager sum), y = rms_norm(s, weight, eps), in one pass; rstd is saved for the backward pass.
 // myops::add_rms_norm_backward(grad_y, grad_s?, s, rstd, weight?, weight_grad, eps) -> (ds, dweight):
 // ds = rms_norm's input gradient + grad_s, which is the gradient of both x and residual (eps: see rms_norm.cpp).
+#include "autograd.h"
 #include "common.h"
 
 namespace {
@@ -131,3 +132,23 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("add_rms_norm_backward", &add_rms_norm_backward);
 }
 #endif
+// (ds, dweight) = add_rms_norm_backward(grad_y, grad_s, s, rstd, weight, weight wanted, eps), ds for both x and
+// residual; rstd carries no gradient. Gradients are not materialized: an unused s gets no [M, N] zeros (the kernel
+// then reads no grad_s), and with y unused the norm contributes nothing.
+namespace {
+const myops::OpRef add_rms_norm_backward_op("add_rms_norm_backward");
+}
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  myops::AutogradSpec spec{myops::saving({2}, {1, 2}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                             const at::Tensor &gy = g[0], &gs = g[1];
+                             if (!gy.defined()) return myops::Tensors{gs, gs};
+                             const at::Tensor &w = c.saved[0], &s = c.saved[1], &rstd = c.saved[2];
+                             const myops::Args r = add_rms_norm_backward_op.call(
+                                 {gy, myops::optional_arg(gs), s, rstd, myops::optional_arg(w), c.need(2), c.args[3]});
+                             const at::Tensor ds = r[0].toTensor();
+                             return myops::Tensors{ds, ds, r[1].toTensor()};
+                           }};
+  spec.non_differentiable = {2};
+  spec.materialize_grads = false;
+  m.impl("add_rms_norm", myops::autograd_kernel(std::move(spec)));
+}

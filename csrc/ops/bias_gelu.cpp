@@ -1,6 +1,7 @@
 // myops::bias_gelu(x, bias) = gelu(x + bias, approximate="tanh"), bias [x.shape[-1]].
 // myops::bias_gelu_backward(grad, x, bias) -> (grad_x, grad_bias): grad_x = grad * gelu'(x + bias), grad_bias = its
 // sum over all but the last dim, in one pass.
+#include "autograd.h"
 #include "common.h"
 
 namespace {
@@ -40,3 +41,15 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("bias_gelu_backward", &bias_gelu_backward);
 }
 #endif
+// (dx, dbias) = bias_gelu_backward(grad, x, bias).
+namespace {
+const myops::OpRef bias_gelu_backward_op("bias_gelu_backward");
+}
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("bias_gelu", myops::autograd_kernel({myops::saving({0, 1}, {}),
+                                              [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                                const myops::Args r =
+                                                    bias_gelu_backward_op.call({g[0], c.saved[0], c.saved[1]});
+                                                return myops::Tensors{r[0].toTensor(), r[1].toTensor()};
+                                              }}));
+}

@@ -25,3 +25,6 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("geglu_backward", &bwd);
 }
 #endif
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("geglu", myops::autograd_kernel(myops::glu_autograd("geglu_backward")));
+}

@@ -3,6 +3,7 @@
 // gate and up: same shape, dtype and device, any strides (the halves h[..., :H], h[..., H:] of one [..., 2H]
 // tensor run in place, without a copy).
 #pragma once
+#include "autograd.h"
 #include "common.h"
 
 namespace myops {
@@ -34,6 +35,14 @@ inline std::tuple<at::Tensor, at::Tensor> glu_backward(GluKernels& k, const at::
   at::Tensor dup = at::empty(gate.sizes(), gate.options());
   run_elementwise(k.bwd, {dgate, dup}, {grad, gate, up});
   return {dgate, dup};
+}
+
+// The formula: (dgate, dup) = <op>_backward(grad, gate, up), from the saved inputs.
+inline AutogradSpec glu_autograd(const char* backward) {
+  return {saving({0, 1}, {}), [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
+            const Args r = bwd.call({g[0], c.saved[0], c.saved[1]});
+            return Tensors{r[0].toTensor(), r[1].toTensor()};
+          }};
 }
 
 }  // namespace myops

@@ -4,6 +4,7 @@
 // gradients are [0] unless params_grad). eps is the forward's: the exact engines (CPU, and CUDA rows the register
 // path does not take) recompute mean and rstd rather than read the rounded ones (the CPU's fp32 path sums about the
 // saved mean, falling back to the row alone where that mean is far from the row's or not finite).
+#include "autograd.h"
 #include "common.h"
 
 namespace {
@@ -143,3 +144,21 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("layer_norm_backward", &layer_norm_backward);
 }
 #endif
+// (dx, dweight, dbias) = layer_norm_backward(grad, x, mean, rstd, weight, params wanted, eps); mean and rstd carry
+// no gradient, and an unused y none (gradients not materialized).
+namespace {
+const myops::OpRef layer_norm_backward_op("layer_norm_backward");
+}
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  myops::AutogradSpec spec{myops::saving({0, 1}, {1, 2}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                             if (!g[0].defined()) return myops::Tensors{};
+                             const at::Tensor &x = c.saved[0], &w = c.saved[1], &mean = c.saved[2],
+                                              &rstd = c.saved[3];
+                             const myops::Args r = layer_norm_backward_op.call(
+                                 {g[0], x, mean, rstd, myops::optional_arg(w), c.need(1) || c.need(2), c.args[3]});
+                             return myops::Tensors{r[0].toTensor(), r[1].toTensor(), r[2].toTensor()};
+                           }};
+  spec.non_differentiable = {1, 2};
+  spec.materialize_grads = false;
+  m.impl("layer_norm", myops::autograd_kernel(std::move(spec)));
+}

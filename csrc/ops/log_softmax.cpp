@@ -25,3 +25,6 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("log_softmax_backward", &bwd);
 }
 #endif
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("log_softmax", myops::autograd_kernel(myops::softmax_autograd("log_softmax_backward")));
+}

@@ -1,6 +1,7 @@
 // myops::mul(a, b) = a * b, same shape.
 // myops::mul_backward(grad, a, b) -> (grad * b, grad * a) in one pass (ops/mul.py takes it when both need a
 // gradient, mul alone otherwise).
+#include "autograd.h"
 #include "common.h"
 
 namespace {
@@ -39,3 +40,24 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("mul_backward", &mul_backward);
 }
 #endif
+// d(a * b) = (grad * b, grad * a): one kernel for both when both are wanted; each factor is saved only for the
+// other's gradient.
+namespace {
+const myops::OpRef mul_op("mul"), mul_backward_op("mul_backward");
+}
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("mul", myops::autograd_kernel(
+                    {[](const myops::Args& a, const myops::Tensors&, const std::vector<bool>& needs) {
+                       return myops::Tensors{needs[1] ? a[0].toTensor() : at::Tensor(),
+                                             needs[0] ? a[1].toTensor() : at::Tensor()};
+                     },
+                     [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                       const at::Tensor &a = c.saved[0], &b = c.saved[1];
+                       if (c.need(0) && c.need(1)) {
+                         const myops::Args r = mul_backward_op.call({g[0], a, b});
+                         return myops::Tensors{r[0].toTensor(), r[1].toTensor()};
+                       }
+                       return myops::Tensors{c.need(0) ? mul_op.call1({g[0], b}) : at::Tensor(),
+                                             c.need(1) ? mul_op.call1({g[0], a}) : at::Tensor()};
+                     }}));
+}

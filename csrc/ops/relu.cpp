@@ -1,8 +1,10 @@
 // myops::relu(x) = max(x, 0);  myops::relu_backward(grad, out) = out > 0 ? grad : 0.
+#include "autograd.h"
 #include "common.h"
 
 namespace {
 myops::EwKernel k_relu("relu"), k_relu_backward("relu_backward");
+const myops::OpRef relu_backward_op("relu_backward");
 
 at::Tensor relu(const at::Tensor& x) {
   myops::dtype_code(x, "relu", "x");
@@ -34,3 +36,10 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("relu_backward", &relu_backward);
 }
 #endif
+// d relu / d x = relu_backward(grad, out), from the output alone.
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("relu",
+         myops::autograd_kernel({myops::saving({}, {0}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                   return myops::Tensors{relu_backward_op.call1({g[0], c.saved[0]})};
+                                 }}));
+}

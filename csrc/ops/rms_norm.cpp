@@ -3,6 +3,7 @@
 // myops::rms_norm_backward(grad, x, rstd, weight?, weight_grad, eps) -> (dx, dweight) (dweight: [0] if not asked
 // for). eps is the forward's: the exact engines (CPU, and CUDA rows the register path does not take) recompute rstd
 // in fp64 rather than read the rounded one.
+#include "autograd.h"
 #include "common.h"
 
 namespace {
@@ -115,3 +116,20 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("rms_norm_backward", &rms_norm_backward);
 }
 #endif
+// (dx, dweight) = rms_norm_backward(grad, x, rstd, weight, weight wanted, eps); rstd carries no gradient, and an
+// unused y none (gradients not materialized: no zero-filled ones).
+namespace {
+const myops::OpRef rms_norm_backward_op("rms_norm_backward");
+}
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  myops::AutogradSpec spec{myops::saving({0, 1}, {1}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                             if (!g[0].defined()) return myops::Tensors{};
+                             const at::Tensor &x = c.saved[0], &w = c.saved[1], &rstd = c.saved[2];
+                             const myops::Args r = rms_norm_backward_op.call(
+                                 {g[0], x, rstd, myops::optional_arg(w), c.need(1), c.args[2]});
+                             return myops::Tensors{r[0].toTensor(), r[1].toTensor()};
+                           }};
+  spec.non_differentiable = {1};
+  spec.materialize_grads = false;
+  m.impl("rms_norm", myops::autograd_kernel(std::move(spec)));
+}

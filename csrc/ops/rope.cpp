@@ -9,7 +9,11 @@
 // strides. x's batch dims must collapse into one (size, stride) and its last dim be contiguous, else x is copied
 // once; cos/sin expand to [batch..., S, D] (stride 0 where broadcast) and are copied (to x's batch shape) only if
 // their batch dims do not collapse. The output is a new contiguous tensor of x's shape.
+#include "autograd.h"
 #include "common.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/stack.h>
 
 #include <optional>
 
@@ -167,3 +171,43 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("rope_backward", &rope_backward);
 }
 #endif
+// dx = rope_backward(grad, cos, sin, heads_first, interleaved); the tables' gradients (when cos or sin want one:
+// usually they are buffers that need none, and x is saved only for them) in ATen ops, products and sums in fp32 for
+// 16-bit types: out = x * cos + rotate(x) * sin, so dcos = sum(g * x) and dsin = sum(g * rotate(x)), summed over the
+// heads dim and the dims a table is broadcast over, as eager autograd's sum_to_size does for x * cos.unsqueeze(head).
+namespace {
+const myops::OpRef rope_backward_op("rope_backward");
+// rotate_half(x) (NeoX / Llama), or interleaved the GPT-J rotate_every_two.
+at::Tensor rotate(const at::Tensor& x, bool interleaved) {
+  if (interleaved)
+    return at::stack({x.slice(-1, 1, std::nullopt, 2).neg(), x.slice(-1, 0, std::nullopt, 2)}, -1).flatten(-2);
+  const c10::SymInt half = x.sym_size(-1) / 2;
+  return at::cat({x.slice_symint(-1, half).neg(), x.slice_symint(-1, 0, half)}, -1);
+}
+at::Tensor table_grad(const at::Tensor& prod, const at::Tensor& like, bool heads_first) {
+  const int64_t head = heads_first ? -3 : -2;
+  return prod.sum_to_size_symint(like.unsqueeze(head).sym_sizes()).squeeze(head).to(like.scalar_type());
+}
+}  // namespace
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("rope", myops::autograd_kernel(
+                     {[](const myops::Args& a, const myops::Tensors&, const std::vector<bool>& needs) {
+                        const bool tables = needs[1] || needs[2];
+                        return myops::Tensors{a[1].toTensor(), a[2].toTensor(),
+                                              tables ? a[0].toTensor() : at::Tensor()};
+                      },
+                      [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                        const at::Tensor &cos = c.saved[0], &sin = c.saved[1], &x = c.saved[2];
+                        const bool heads_first = c.args[3].toBool(), interleaved = c.args[4].toBool();
+                        myops::Tensors d(3);
+                        if (c.need(0)) d[0] = rope_backward_op.call1({g[0], cos, sin, heads_first, interleaved});
+                        if (c.need(1) || c.need(2)) {
+                          const at::ScalarType t = g[0].scalar_type();
+                          const at::ScalarType acc = t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
+                          const at::Tensor ga = g[0].to(acc), xa = x.to(acc);
+                          if (c.need(1)) d[1] = table_grad(ga.mul(xa), cos, heads_first);
+                          if (c.need(2)) d[2] = table_grad(ga.mul(rotate(xa, interleaved)), sin, heads_first);
+                        }
+                        return d;
+                      }}));
+}

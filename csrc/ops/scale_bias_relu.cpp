@@ -1,6 +1,7 @@
 // myops::scale_bias_relu(x, bias, scale) = relu(x * scale + bias), bias [x.shape[-1]].
 // myops::scale_bias_relu_backward(grad, out, scale) -> (grad_x, grad_bias): with grad_pre = out > 0 ? grad : 0,
 // grad_x = grad_pre * scale and grad_bias = the sum of grad_pre over all but the last dim, in one pass.
+#include "autograd.h"
 #include "common.h"
 
 namespace {
@@ -40,3 +41,15 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("scale_bias_relu_backward", &scale_bias_relu_backward);
 }
 #endif
+// (dx, dbias) = scale_bias_relu_backward(grad, out, scale), from the output alone.
+namespace {
+const myops::OpRef scale_bias_relu_backward_op("scale_bias_relu_backward");
+}
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("scale_bias_relu",
+         myops::autograd_kernel({myops::saving({}, {0}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                   const myops::Args r =
+                                       scale_bias_relu_backward_op.call({g[0], c.saved[0], c.args[2]});
+                                   return myops::Tensors{r[0].toTensor(), r[1].toTensor()};
+                                 }}));
+}

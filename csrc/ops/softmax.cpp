@@ -25,3 +25,6 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("softmax_backward", &bwd);
 }
 #endif
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("softmax", myops::autograd_kernel(myops::softmax_autograd("softmax_backward")));
+}

@@ -3,6 +3,7 @@
 // dim is moved last (a view); the kernels see rows [M, N] with strides, so no copy unless the leading dims of that
 // view do not collapse. The output is allocated in the moved layout and moved back (the fake impl matches).
 #pragma once
+#include "autograd.h"
 #include "common.h"
 
 namespace myops {
@@ -75,6 +76,13 @@ inline at::Tensor softmax_backward(SoftmaxKernels& k, const char* op, const at::
     }
   }
   return y_in.dim() == 0 ? dx.reshape({}) : dx.movedim(-1, d);
+}
+
+// The formula: dx = <op>_backward(grad, y, dim), from the output alone.
+inline AutogradSpec softmax_autograd(const char* backward) {
+  return {saving({}, {0}), [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
+            return Tensors{bwd.call1({g[0], c.saved[0], c.args[1]})};
+          }};
 }
 
 }  // namespace myops

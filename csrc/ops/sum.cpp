@@ -1,6 +1,7 @@
 // myops::sum(x, dim=None, keepdim=False) = x.sum(dim, keepdim) for floating x (dim None or [] reduces all dims).
 // The kernels see x as [M, K] (kept dims, reduced dims) with one stride each; layouts that do not collapse to that
 // are copied once. Backward (ops/sum.py) is an expand of grad, as for torch.sum.
+#include "autograd.h"
 #include "common.h"
 
 #include <optional>
@@ -135,3 +136,21 @@ TORCH_LIBRARY_IMPL(myops, CPU, m) { m.impl("sum", &sum); }
 #ifdef MYOPS_WITH_CUDA
 TORCH_LIBRARY_IMPL(myops, CUDA, m) { m.impl("sum", &sum); }
 #endif
+// d sum / d x: grad with the reduced dims put back (keepdim false) and expanded to x's shape. Nothing saved.
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("sum", myops::autograd_kernel({nullptr, [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                          const std::vector<c10::SymInt>& shape = c.sizes[0];
+                                          const int64_t ndim = static_cast<int64_t>(shape.size());
+                                          at::Tensor grad = g[0];
+                                          if (!c.args[2].toBool()) {  // (the forward checked dim)
+                                            std::vector<int64_t> dims;
+                                            if (!c.args[1].isNone()) dims = c.args[1].toIntVector();
+                                            std::vector<bool> red(ndim, dims.empty());
+                                            if (ndim > 0)
+                                              for (int64_t d : dims) red[(d % ndim + ndim) % ndim] = true;
+                                            for (int64_t d = 0; d < ndim; ++d)
+                                              if (red[d]) grad = grad.unsqueeze(d);
+                                          }
+                                          return myops::Tensors{grad.expand_symint(shape)};
+                                        }}));
+}

@@ -25,3 +25,6 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("swiglu_backward", &bwd);
 }
 #endif
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("swiglu", myops::autograd_kernel(myops::glu_autograd("swiglu_backward")));
+}
