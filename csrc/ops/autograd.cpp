@@ -111,11 +111,13 @@ struct Kernel final : c10::OperatorKernel {
 }  // namespace
 
 std::vector<c10::IValue> OpRef::call(std::vector<c10::IValue> args) const {
-  if (handle_ == nullptr)
-    handle_ = new c10::OperatorHandle(c10::Dispatcher::singleton().findSchemaOrThrow(
-        (std::string("myops::") + name_).c_str(), ""));  // (once per OpRef, kept for the process)
+  Slot& s = *slot_;
+  std::call_once(s.once, [&s] {  // (kept for the process, as the registration)
+    s.handle = new c10::OperatorHandle(
+        c10::Dispatcher::singleton().findSchemaOrThrow((std::string("myops::") + s.name).c_str(), ""));
+  });
   torch::jit::Stack stack = std::move(args);
-  static_cast<const c10::OperatorHandle*>(handle_)->callBoxed(stack);
+  static_cast<const c10::OperatorHandle*>(s.handle)->callBoxed(stack);
   return stack;
 }
 

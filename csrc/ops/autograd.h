@@ -23,6 +23,8 @@
 #include <torch/library.h>
 
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 namespace myops {
@@ -68,13 +70,17 @@ torch::CppFunction autograd_kernel(AutogradSpec spec);
 // kernels see it as a direct call): OpRef("relu_backward").call({grad, out}) -> its outputs.
 class OpRef {
  public:
-  explicit OpRef(const char* name) : name_(name) {}
+  explicit OpRef(const char* name) : slot_(std::make_shared<Slot>()) { slot_->name = name; }
   std::vector<c10::IValue> call(std::vector<c10::IValue> args) const;
   at::Tensor call1(std::vector<c10::IValue> args) const { return call(std::move(args)).at(0).toTensor(); }
 
  private:
-  const char* name_;
-  mutable const void* handle_ = nullptr;  // (the c10::OperatorHandle, found on first use)
+  struct Slot {  // (shared by copies; the op is looked up on first use, once, as ops register at load time)
+    const char* name = nullptr;
+    std::once_flag once;
+    const void* handle = nullptr;  // a c10::OperatorHandle
+  };
+  std::shared_ptr<Slot> slot_;
 };
 
 }  // namespace myops
