@@ -3,7 +3,7 @@
 # policy choosing between them (ce_fwd_tpr and ce_cluster in csrc/cuda/cross_entropy.cu) can be checked on the
 # device at hand: for every shape and dtype, the default, then each kernel forced by its knob:
 #   stream  MYOPS_CE_WARP=0 MYOPS_CE_BULK=0   a CTA per row through registers (stream_fwd_kernel)
-#   bulk    MYOPS_CE_WARP=0 MYOPS_CE_BULK=2   a CTA per row copied whole into shared memory (rows up to 64 KB;
+#   bulk    MYOPS_CE_BULK=2                   a CTA per row copied whole into shared memory (rows up to 64 KB;
 #                                             longer rows stay on the stream kernel, or its clusters)
 #   warp    MYOPS_CE_WARP=2                   a warp per row (stream_fwd_kernel's SUB = 32)
 #   tpr64   MYOPS_CE_TPR=64                   64 threads a row, 4 rows a CTA (SUB = 64)
@@ -30,7 +30,7 @@ for r in $(seq ${ROUNDS:-1}); do
     for d in $DTYPES; do
       run default "$s" "$d"
       run stream "$s" "$d" MYOPS_CE_WARP=0 MYOPS_CE_BULK=0
-      run bulk "$s" "$d" MYOPS_CE_WARP=0 MYOPS_CE_BULK=2
+      run bulk "$s" "$d" MYOPS_CE_BULK=2
       run warp "$s" "$d" MYOPS_CE_WARP=2
       run tpr64 "$s" "$d" MYOPS_CE_TPR=64
       run tpr128 "$s" "$d" MYOPS_CE_TPR=128

@@ -22,7 +22,6 @@ def define(name: str, expr: str):
     """Registers the fake implementations and autograd of myops::<name> (softmax or log_softmax) and returns the
     Python function."""
     op = getattr(torch.ops.myops, name).default
-    backward = getattr(torch.ops.myops, f"{name}_backward").default
 
     def fn(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         return op(x, dim)

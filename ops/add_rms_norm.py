@@ -9,7 +9,6 @@ import torch
 from .rms_norm import check_weight, stat_dtype
 
 OP = torch.ops.myops.add_rms_norm.default
-BACKWARD = torch.ops.myops.add_rms_norm_backward.default
 
 
 def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None,

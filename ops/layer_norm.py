@@ -9,7 +9,6 @@ import torch
 from .rms_norm import stat_dtype
 
 OP = torch.ops.myops.layer_norm.default
-BACKWARD = torch.ops.myops.layer_norm_backward.default
 
 
 def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,

@@ -7,7 +7,6 @@ needs. ops.rms_norm returns y.
 import torch
 
 OP = torch.ops.myops.rms_norm.default
-BACKWARD = torch.ops.myops.rms_norm_backward.default
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:

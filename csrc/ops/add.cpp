@@ -1,4 +1,4 @@
-// myops::add(a, b) = a + b, same shape. Backward (ops/add.py): da = db = grad.
+// myops::add(a, b) = a + b, same shape. Backward (below): da = db = grad.
 #include "autograd.h"
 #include "common.h"
 

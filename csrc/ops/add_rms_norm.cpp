@@ -143,10 +143,9 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                              const at::Tensor &gy = g[0], &gs = g[1];
                              if (!gy.defined()) return myops::Tensors{gs, gs};
                              const at::Tensor &w = c.saved[0], &s = c.saved[1], &rstd = c.saved[2];
-                             const myops::Args r = add_rms_norm_backward_op.call(
+                             const myops::Tensors r = add_rms_norm_backward_op.call_all(
                                  {gy, myops::optional_arg(gs), s, rstd, myops::optional_arg(w), c.need(2), c.args[3]});
-                             const at::Tensor ds = r[0].toTensor();
-                             return myops::Tensors{ds, ds, r[1].toTensor()};
+                             return myops::Tensors{r[0], r[0], r[1]};  // (ds for both x and residual)
                            }};
   spec.non_differentiable = {2};
   spec.materialize_grads = false;

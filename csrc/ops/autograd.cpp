@@ -30,25 +30,22 @@ struct Generic : torch::autograd::Function<Generic> {
   static variable_list forward(AutogradContext* ctx, const c10::OperatorHandle* op,
                                c10::intrusive_ptr<CallState> state, at::TensorList tensors) {
     at::AutoDispatchBelowADInplaceOrView below;
-    torch::jit::Stack stack = state->args;
-    for (size_t k = 0; k < tensors.size(); ++k) stack[state->tensor_pos[k]] = tensors[k];
+    const AutogradSpec& spec = *state->spec;
+    std::vector<c10::IValue> args = state->args;
+    std::vector<bool> needs(args.size(), false);
+    if (spec.keep_sizes) state->sizes.resize(args.size());
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const int p = state->tensor_pos[k];
+      args[p] = tensors[k];
+      needs[p] = ctx->needs_input_grad(k);
+      if (spec.keep_sizes) state->sizes[p] = tensors[k].sym_sizes().vec();
+    }
+    torch::jit::Stack stack = args;
     op->callBoxed(stack);
     std::vector<at::Tensor> outs;
     outs.reserve(stack.size());
     for (const c10::IValue& v : stack) outs.push_back(v.toTensor());
-
-    const AutogradSpec& spec = *state->spec;
-    std::vector<bool> needs(state->args.size(), false);
-    state->sizes.resize(state->args.size());
-    for (size_t k = 0; k < tensors.size(); ++k) {
-      needs[state->tensor_pos[k]] = ctx->needs_input_grad(k);
-      state->sizes[state->tensor_pos[k]] = tensors[k].sym_sizes().vec();
-    }
-    if (spec.save) {
-      std::vector<c10::IValue> args = state->args;
-      for (size_t k = 0; k < tensors.size(); ++k) args[state->tensor_pos[k]] = tensors[k];
-      ctx->save_for_backward(spec.save(args, outs, needs));
-    }
+    if (spec.save) ctx->save_for_backward(spec.save(args, outs, needs));
     if (!spec.non_differentiable.empty()) {
       variable_list nd;
       for (int i : spec.non_differentiable) nd.push_back(outs[i]);
@@ -119,6 +116,12 @@ std::vector<c10::IValue> OpRef::call(std::vector<c10::IValue> args) const {
   torch::jit::Stack stack = std::move(args);
   static_cast<const c10::OperatorHandle*>(s.handle)->callBoxed(stack);
   return stack;
+}
+
+std::vector<at::Tensor> OpRef::call_all(std::vector<c10::IValue> args) const {
+  std::vector<at::Tensor> out;
+  for (const c10::IValue& v : call(std::move(args))) out.push_back(v.toTensor());
+  return out;
 }
 
 torch::CppFunction autograd_kernel(AutogradSpec spec) {

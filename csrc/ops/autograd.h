@@ -15,8 +15,8 @@
 //   backward(ctx, grads)         -> one gradient per argument (undefined: none), from the outputs' gradients grads
 //                                   (undefined for an output that got none, unless materialize_grads)
 // ctx.saved are save's tensors, ctx.args the non-tensor arguments (a tensor argument's slot holds None), ctx.needs
-// which arguments want a gradient, ctx.sizes the tensor arguments' sizes. `non_differentiable` lists outputs that
-// carry no gradient (statistics).
+// which arguments want a gradient, ctx.sizes the tensor arguments' sizes (with keep_sizes). `non_differentiable`
+// lists outputs that carry no gradient (statistics).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
@@ -33,7 +33,7 @@ struct AutogradCtx {
   std::vector<at::Tensor> saved;   // save's tensors
   std::vector<c10::IValue> args;   // the op's non-tensor arguments by position (None where a tensor was)
   std::vector<bool> needs;         // per argument: it is a tensor that wants a gradient
-  std::vector<std::vector<c10::SymInt>> sizes;  // per argument: a tensor's sizes (symbolic while traced)
+  std::vector<std::vector<c10::SymInt>> sizes;  // per argument: a tensor's sizes (symbolic while traced), if kept
   bool need(size_t i) const { return i < needs.size() && needs[i]; }
 };
 
@@ -44,6 +44,7 @@ struct AutogradSpec {
   std::function<std::vector<at::Tensor>(const AutogradCtx& ctx, const std::vector<at::Tensor>& grads)> backward;
   std::vector<int> non_differentiable = {};  // output indices
   bool materialize_grads = true;             // false: an unused output's gradient stays undefined
+  bool keep_sizes = false;                   // backward reads ctx.sizes
 };
 
 using Tensors = std::vector<at::Tensor>;
@@ -73,6 +74,7 @@ class OpRef {
   explicit OpRef(const char* name) : slot_(std::make_shared<Slot>()) { slot_->name = name; }
   std::vector<c10::IValue> call(std::vector<c10::IValue> args) const;
   at::Tensor call1(std::vector<c10::IValue> args) const { return call(std::move(args)).at(0).toTensor(); }
+  std::vector<at::Tensor> call_all(std::vector<c10::IValue> args) const;  // an op of tensor outputs: all of them
 
  private:
   struct Slot {  // (shared by copies; the op is looked up on first use, once, as ops register at load time)

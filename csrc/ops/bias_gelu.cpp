@@ -48,8 +48,6 @@ const myops::OpRef bias_gelu_backward_op("bias_gelu_backward");
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   m.impl("bias_gelu", myops::autograd_kernel({myops::saving({0, 1}, {}),
                                               [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                                const myops::Args r =
-                                                    bias_gelu_backward_op.call({g[0], c.saved[0], c.saved[1]});
-                                                return myops::Tensors{r[0].toTensor(), r[1].toTensor()};
+                                                return bias_gelu_backward_op.call_all({g[0], c.saved[0], c.saved[1]});
                                               }}));
 }

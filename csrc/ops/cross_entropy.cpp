@@ -13,11 +13,12 @@
 //
 // Autograd is its own torch::autograd::Function here (CrossEntropyFunction), not the other ops' generic
 // autograd_kernel (autograd.h): it hands the target check from the forward to backward (DeferredCheck), and its host
-// time counts where the host waits for the GPU. On the H200 machine (torch 2.11, [4096, 32000]), one unchecked forward+backward took 173 us of host time
-// through torch.library.register_autograd, 116-125 us through this class and 37-42 us for the two ops called
-// directly; the checked bf16 forward+backward (its wait then in the forward) went from 37% to 53-58% of copy
-// bandwidth (torch.compile: 51%), fp32 from 55% to 84-91% (compile: 78%). The one heavier header it needs,
-// torch/csrc/autograd/custom_function.h, adds about 10 s to this file's compile; kernels stay torch-free.
+// time counts where the host waits for the GPU. On the H200 machine (torch 2.11, [4096, 32000]), one unchecked
+// forward+backward took 173 us of host time through torch.library.register_autograd, 116-125 us through this class
+// and 37-42 us for the two ops called directly; the checked bf16 forward+backward (its wait then in the forward) went
+// from 37% to 53-58% of copy bandwidth (torch.compile: 51%), fp32 from 55% to 84-91% (compile: 78%). The one heavier
+// header it needs, torch/csrc/autograd/custom_function.h, adds about 10 s to this file's compile; kernels stay
+// torch-free.
 #include "common.h"
 
 #include <ATen/TensorSubclassLikeUtils.h>

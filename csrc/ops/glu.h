@@ -40,8 +40,7 @@ inline std::tuple<at::Tensor, at::Tensor> glu_backward(GluKernels& k, const at::
 // The formula: (dgate, dup) = <op>_backward(grad, gate, up), from the saved inputs.
 inline AutogradSpec glu_autograd(const char* backward) {
   return {saving({0, 1}, {}), [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
-            const Args r = bwd.call({g[0], c.saved[0], c.saved[1]});
-            return Tensors{r[0].toTensor(), r[1].toTensor()};
+            return bwd.call_all({g[0], c.saved[0], c.saved[1]});
           }};
 }
 

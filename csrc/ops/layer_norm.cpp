@@ -154,9 +154,8 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                              if (!g[0].defined()) return myops::Tensors{};
                              const at::Tensor &x = c.saved[0], &w = c.saved[1], &mean = c.saved[2],
                                               &rstd = c.saved[3];
-                             const myops::Args r = layer_norm_backward_op.call(
+                             return layer_norm_backward_op.call_all(
                                  {g[0], x, mean, rstd, myops::optional_arg(w), c.need(1) || c.need(2), c.args[3]});
-                             return myops::Tensors{r[0].toTensor(), r[1].toTensor(), r[2].toTensor()};
                            }};
   spec.non_differentiable = {1, 2};
   spec.materialize_grads = false;

@@ -1,6 +1,6 @@
 // myops::mul(a, b) = a * b, same shape.
-// myops::mul_backward(grad, a, b) -> (grad * b, grad * a) in one pass (ops/mul.py takes it when both need a
-// gradient, mul alone otherwise).
+// myops::mul_backward(grad, a, b) -> (grad * b, grad * a) in one pass (its autograd, below, takes it when both need
+// a gradient, mul alone otherwise).
 #include "autograd.h"
 #include "common.h"
 
@@ -54,8 +54,7 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                      [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                        const at::Tensor &a = c.saved[0], &b = c.saved[1];
                        if (c.need(0) && c.need(1)) {
-                         const myops::Args r = mul_backward_op.call({g[0], a, b});
-                         return myops::Tensors{r[0].toTensor(), r[1].toTensor()};
+                         return mul_backward_op.call_all({g[0], a, b});
                        }
                        return myops::Tensors{c.need(0) ? mul_op.call1({g[0], b}) : at::Tensor(),
                                              c.need(1) ? mul_op.call1({g[0], a}) : at::Tensor()};

@@ -125,9 +125,8 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   myops::AutogradSpec spec{myops::saving({0, 1}, {1}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                              if (!g[0].defined()) return myops::Tensors{};
                              const at::Tensor &x = c.saved[0], &w = c.saved[1], &rstd = c.saved[2];
-                             const myops::Args r = rms_norm_backward_op.call(
+                             return rms_norm_backward_op.call_all(
                                  {g[0], x, rstd, myops::optional_arg(w), c.need(1), c.args[2]});
-                             return myops::Tensors{r[0].toTensor(), r[1].toTensor()};
                            }};
   spec.non_differentiable = {1};
   spec.materialize_grads = false;

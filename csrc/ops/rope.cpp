@@ -3,7 +3,7 @@
 // cos/sin [S, D] or [..., S, D] with leading dims that broadcast to x's batch dims. rotate_half pairs d with
 // d + D/2 (NeoX/Llama) or, interleaved, 2i with 2i + 1 (GPT-J).
 // myops::rope_backward(grad, cos, sin, heads_first, interleaved) = the gradient for x (the transposed rotation).
-// Gradients for cos/sin, when asked for, are torch ops in ops/rope.py.
+// Gradients for cos/sin, when asked for, are ATen ops in its autograd (below).
 //
 // The kernels see x as [B, S, H, D] with one stride per dim (D stride 1); heads_first only swaps the S and H
 // strides. x's batch dims must collapse into one (size, stride) and its last dim be contiguous, else x is copied

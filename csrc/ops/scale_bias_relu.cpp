@@ -48,8 +48,6 @@ const myops::OpRef scale_bias_relu_backward_op("scale_bias_relu_backward");
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   m.impl("scale_bias_relu",
          myops::autograd_kernel({myops::saving({}, {0}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                   const myops::Args r =
-                                       scale_bias_relu_backward_op.call({g[0], c.saved[0], c.args[2]});
-                                   return myops::Tensors{r[0].toTensor(), r[1].toTensor()};
+                                   return scale_bias_relu_backward_op.call_all({g[0], c.saved[0], c.args[2]});
                                  }}));
 }

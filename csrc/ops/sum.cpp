@@ -1,6 +1,6 @@
 // myops::sum(x, dim=None, keepdim=False) = x.sum(dim, keepdim) for floating x (dim None or [] reduces all dims).
 // The kernels see x as [M, K] (kept dims, reduced dims) with one stride each; layouts that do not collapse to that
-// are copied once. Backward (ops/sum.py) is an expand of grad, as for torch.sum.
+// are copied once. Backward (below) is an expand of grad, as for torch.sum.
 #include "autograd.h"
 #include "common.h"
 
@@ -35,9 +35,8 @@ std::optional<std::pair<int64_t, int64_t>> collapse(const at::Tensor& x, const s
   return std::make_pair(size, stride);
 }
 
-at::Tensor sum(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
-  const int dtype = myops::dtype_code(x, "sum", "x");
-  const int64_t nd = x.dim();
+// Which of x's nd dims `dim` reduces (None or [] all of them), checked.
+std::vector<bool> reduced_dims(int64_t nd, at::OptionalIntArrayRef dim) {
   std::vector<bool> reduced(nd, !dim.has_value() || dim->empty());
   if (dim.has_value()) {
     const int64_t lim = std::max<int64_t>(nd, 1);
@@ -50,6 +49,13 @@ at::Tensor sum(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
       reduced[w] = true;
     }
   }
+  return reduced;
+}
+
+at::Tensor sum(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
+  const int dtype = myops::dtype_code(x, "sum", "x");
+  const int64_t nd = x.dim();
+  const std::vector<bool> reduced = reduced_dims(nd, dim);
   std::vector<int64_t> kept_dims, red_dims, out_shape;
   for (int64_t d = 0; d < nd; ++d) {
     (reduced[d] ? red_dims : kept_dims).push_back(d);
@@ -138,19 +144,20 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) { m.impl("sum", &sum); }
 #endif
 // d sum / d x: grad with the reduced dims put back (keepdim false) and expanded to x's shape. Nothing saved.
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
-  m.impl("sum", myops::autograd_kernel({nullptr, [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                          const std::vector<c10::SymInt>& shape = c.sizes[0];
-                                          const int64_t ndim = static_cast<int64_t>(shape.size());
-                                          at::Tensor grad = g[0];
-                                          if (!c.args[2].toBool()) {  // (the forward checked dim)
-                                            std::vector<int64_t> dims;
-                                            if (!c.args[1].isNone()) dims = c.args[1].toIntVector();
-                                            std::vector<bool> red(ndim, dims.empty());
-                                            if (ndim > 0)
-                                              for (int64_t d : dims) red[(d % ndim + ndim) % ndim] = true;
-                                            for (int64_t d = 0; d < ndim; ++d)
-                                              if (red[d]) grad = grad.unsqueeze(d);
-                                          }
-                                          return myops::Tensors{grad.expand_symint(shape)};
-                                        }}));
+  myops::AutogradSpec spec{nullptr, [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                             const std::vector<c10::SymInt>& shape = c.sizes[0];
+                             at::Tensor grad = g[0];
+                             if (!c.args[2].toBool()) {
+                               const std::vector<int64_t> dims =
+                                   c.args[1].isNone() ? std::vector<int64_t>() : c.args[1].toIntVector();
+                               const std::vector<bool> red =
+                                   reduced_dims(static_cast<int64_t>(shape.size()),
+                                                c.args[1].isNone() ? at::OptionalIntArrayRef() : dims);
+                               for (size_t d = 0; d < red.size(); ++d)
+                                 if (red[d]) grad = grad.unsqueeze(static_cast<int64_t>(d));
+                             }
+                             return myops::Tensors{grad.expand_symint(shape)};
+                           }};
+  spec.keep_sizes = true;
+  m.impl("sum", myops::autograd_kernel(std::move(spec)));
 }
