@@ -4,6 +4,8 @@
 // writes one float per row:
 //   ldg sum / ldg fold:    4 16-byte loads in flight a thread (sum's row kernel), then the row's sum, or
 //                          cross_entropy's fold (a running max on packed bf16 pairs, 2^(x log2 e - c) summed in fp32);
+//   ldg fold + CE:         the fold with cross_entropy's target and logit read by thread 0 first (as the op does) or
+//                          after the row's reductions, and its stats and loss written;
 //   bulk sum / bulk fold:  thread 0 copies the row into shared memory by cp.async.bulk, one 16 KB group per mbarrier,
 //                          and the threads take each group as it lands (cross_entropy's bulk_fwd_kernel without its
 //                          target and loss); the shared memory each CTA asks for sets 1, 2 or 3 CTAs an SM;
@@ -140,10 +142,19 @@ template <bool FOLD, bool CE = false> __device__ void finish(State st, float* ou
   }
 }
 
-template <bool FOLD>
-__global__ void __launch_bounds__(NT) ldg_kernel(float* __restrict__ out, const uint4* __restrict__ x, int nv) {
+// CE (with FOLD): cross_entropy's row output too (finish), thread 0 reading the row's target and then its logit
+// from global memory at the start (CE 1: as the op's RowTarget) or after the row's reductions (CE 2).
+template <bool FOLD, int CE = 0>
+__global__ void __launch_bounds__(NT) ldg_kernel(float* __restrict__ out, const uint4* __restrict__ x, int nv,
+                                                 const int64_t* __restrict__ target = nullptr) {
   __shared__ float sh[NT / 32];
   const uint4* row = x + (int64_t)blockIdx.x * nv;
+  const auto logit = [&] {
+    const int64_t t = target[blockIdx.x];
+    return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[t]);
+  };
+  float xt = 0.f;
+  if (CE == 1 && threadIdx.x == 0) xt = logit();
   const uint4 fill = FOLD ? make_uint4(kNegInf2, kNegInf2, kNegInf2, kNegInf2) : make_uint4(0, 0, 0, 0);
   State st;
   for (int j0 = 0; j0 < nv; j0 += NT * U) {
@@ -155,7 +166,18 @@ __global__ void __launch_bounds__(NT) ldg_kernel(float* __restrict__ out, const 
     }
     take<FOLD>(q, st);
   }
-  finish<FOLD>(st, out, sh);
+  if constexpr (CE == 2) {  // (the reductions of finish first: thread 0 reads after them)
+    const float m = block_reduce(st.m, true, sh);
+    const float sum = block_reduce(st.m == -INFINITY ? 0.f : st.s * ex2(st.c - m * kLog2e), false, sh);
+    if (threadIdx.x == 0) {
+      const float ls = logf(sum);
+      out[gridDim.x + 2 * blockIdx.x] = m;
+      out[gridDim.x + 2 * blockIdx.x + 1] = ls;
+      out[blockIdx.x] = ls + m - logit();
+    }
+  } else {
+    finish<FOLD, CE == 1>(st, out, sh, xt);
+  }
 }
 
 // A warp per task (see the header): task t's part of its row, U vectors a lane at a time, folded as take does; lane 0
@@ -339,6 +361,8 @@ int main(int argc, char** argv) {
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   report("ldg sum", timer.median_us([&] { ldg_kernel<false><<<M, NT>>>(out, xv, nv); }));
   report("ldg fold", timer.median_us([&] { ldg_kernel<true><<<M, NT>>>(out, xv, nv); }));
+  report("ldg fold + CE, target first", timer.median_us([&] { ldg_kernel<true, 1><<<M, NT>>>(out, xv, nv, target); }));
+  report("ldg fold + CE, target last", timer.median_us([&] { ldg_kernel<true, 2><<<M, NT>>>(out, xv, nv, target); }));
   float* parts;  // (the warp kernels' partial results: M * 8 at most)
   CK(cudaMalloc(&parts, (size_t)M * 8 * 4));
   for (int split = 1; split <= 8; split *= 2) {
@@ -402,6 +426,13 @@ int main(int argc, char** argv) {
       stream("real CE: warp a row", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 32>, 8);
       stream("real CE: 64 threads a row", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 64>, 4);
       stream("real CE: a CTA a row", stream_fwd_kernel<T, false, false>, 1);
+      // (more CTAs an SM by launch bounds: ptxas spills; session 46, H200, all slower)
+      stream("real CE: warp a row, 6/SM", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 32, 6>, 8);
+      stream("real CE: warp a row, 8/SM", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 32, 8>, 8);
+      stream("real CE: 64 a row, 6/SM", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 64, 6>, 4);
+      stream("real CE: 64 a row, 8/SM", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 64, 8>, 4);
+      stream("real CE: CTA a row, 6/SM", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 0, 6>, 1);
+      stream("real CE: CTA a row, 8/SM", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 0, 8>, 1);
     }
     variant("real: one-pass pair", real_variant<0>);
     variant("real: no redo path", real_variant<1>);

@@ -294,8 +294,8 @@ __device__ __forceinline__ void finish_row(acc_t<T>* __restrict__ loss, acc_t<T>
   loss[r] = lo;
 }
 
-template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads, int SUB = 0>
-__global__ void __launch_bounds__(THREADS, 4) stream_fwd_kernel(acc_t<T>* __restrict__ loss,          // [M]
+template <class T, bool SMOOTH, bool CLUSTER, int U = 4, int THREADS = kStreamThreads, int SUB = 0, int MINB = 4>
+__global__ void __launch_bounds__(THREADS, MINB) stream_fwd_kernel(acc_t<T>* __restrict__ loss,          // [M]
                                                                 acc_t<T>* __restrict__ stats,         // [M, 2]
                                                                 const T* __restrict__ x, int64_t xs,  // [M, C]
                                                                 const int64_t* __restrict__ target,   // [M]
