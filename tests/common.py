@@ -105,6 +105,52 @@ def check_gradcheck(fn: Callable, inputs: Sequence[torch.Tensor]) -> None:
     assert torch.autograd.gradcheck(fn, tuple(inputs), eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
+def check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor], second_raises: bool = True) -> None:
+    """torch.func takes the op as it takes PyTorch's own: grad (of a random weighting of every output) and jacrev of
+    the first output, with respect to every floating input, equal eager's. A second derivative with respect to the
+    first floating input raises, naming the backward op (second_raises), or equals eager's (a backward made of
+    differentiable ATen ops, or one whose result does not depend on that input); forward-mode AD raises (no formula)
+    instead of dropping the tangent."""
+    argnums = tuple(i for i, t in enumerate(inputs) if t.is_floating_point())
+    gen = torch.Generator().manual_seed(0)
+    outs = fn(*inputs)
+    outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+    weights = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) if o.is_floating_point() else None
+               for o in outs]
+
+    def scalar(f):
+        def s(*xs):
+            ys = f(*xs)
+            ys = (ys,) if isinstance(ys, torch.Tensor) else tuple(ys)
+            return sum((y * w).sum() for y, w in zip(ys, weights) if w is not None)
+        return s
+
+    def first(f):
+        def y0(*xs):
+            ys = f(*xs)
+            return ys if isinstance(ys, torch.Tensor) else ys[0]
+        return y0
+
+    for got, want in zip(torch.func.grad(scalar(fn), argnums)(*inputs),
+                         torch.func.grad(scalar(eager_fn), argnums)(*inputs)):
+        torch.testing.assert_close(got, want)
+    for got, want in zip(torch.func.jacrev(first(fn), argnums)(*inputs),
+                         torch.func.jacrev(first(eager_fn), argnums)(*inputs)):
+        torch.testing.assert_close(got, want)
+    k = argnums[0]
+
+    def grad_norm(f):
+        return lambda *xs: torch.func.grad(scalar(f), k)(*xs).square().sum()
+    if not second_raises:
+        torch.testing.assert_close(torch.func.grad(grad_norm(fn), k)(*inputs),
+                                   torch.func.grad(grad_norm(eager_fn), k)(*inputs))
+    else:
+        with pytest.raises(RuntimeError, match="is not differentiable: a second derivative"):
+            torch.func.grad(grad_norm(fn), k)(*inputs)
+    with pytest.raises(NotImplementedError, match="forward-mode AD"):
+        torch.func.jvp(lambda x: fn(*inputs[:k], x, *inputs[k + 1:]), (inputs[k],), (torch.ones_like(inputs[k]),))
+
+
 def check_opcheck(op, args: tuple, kwargs: dict | None = None) -> None:
     torch.library.opcheck(op, args, kwargs or {})
 

@@ -11,8 +11,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common import (DEVICES, DTYPES, LAYOUTS, check_against_eager, check_against_reference, check_close,
-                    check_compile, check_gradcheck, check_opcheck, make_tensor, raises, shapes)
+from common import (DEVICES, DTYPES, LAYOUTS, check_against_eager, check_against_reference, check_close, check_compile,
+                    check_func, check_gradcheck, check_opcheck, make_tensor, raises, shapes)
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,12 @@ def test_gradcheck(glu, device):
     check_gradcheck(glu.fn, [gate, up])
     h = make_tensor((4, 12), torch.float64, device, seed=2).requires_grad_()
     check_gradcheck(lambda t: glu.fn(t[:, :6], t[:, 6:]), [h])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(glu, device):
+    gate = make_tensor((5, 6), torch.float64, device, "col_strided")
+    check_func(glu.fn, glu.ref, [gate, make_tensor((5, 6), torch.float64, device, "transposed", seed=1)])
 
 
 @pytest.mark.parametrize("device", DEVICES)

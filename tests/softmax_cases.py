@@ -14,7 +14,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_gradcheck, check_opcheck,
+from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
                     make_tensor, raises, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, WARP_ROWS, check_non_finite,
                     non_finite_cases, non_finite_rows, padded_rows, run_case)
@@ -117,6 +117,12 @@ def test_gradcheck(sm, device):
     x = make_tensor((4, 9), torch.float64, device, "col_strided").requires_grad_()
     check_gradcheck(lambda a: sm.fn(a, -1), [x])
     check_gradcheck(lambda a: sm.fn(a, 0), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(sm, device):
+    x = make_tensor((4, 9), torch.float64, device, "col_strided")
+    check_func(lambda a: sm.fn(a, 0), lambda a: sm.torch_fn(a, 0), [x])
 
 
 @pytest.mark.parametrize("device", DEVICES)

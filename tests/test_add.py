@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_compile, check_gradcheck,
+from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_compile, check_func, check_gradcheck,
                     check_opcheck, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.add.default
@@ -24,6 +24,12 @@ def test_gradcheck(device):
     a = make_tensor((4, 7), torch.float64, device, "transposed").requires_grad_()
     b = make_tensor((4, 7), torch.float64, device, seed=1).requires_grad_()
     check_gradcheck(ops.add, [a, b])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    a, b = make_tensor((4, 7), torch.float64, device, "transposed"), make_tensor((4, 7), torch.float64, device, seed=1)
+    check_func(ops.add, torch.add, [a, b], second_raises=False)  # (its backward passes the gradient on)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
-                    shapes)
+from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_func, check_gradcheck, check_opcheck, make_tensor,
+                    raises, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, LONG_ROW_TESTS, MANY_ROWS, PIPE_BWD_CHOICES, ROW_SHAPES,
                     SHORT_ROWS, check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows, param,
                     run_case, run_tests_under)
@@ -111,6 +111,13 @@ def test_gradcheck(device):
     r = make_tensor((4, 9), torch.float64, device, "transposed", seed=2).requires_grad_()
     w = make_tensor((9,), torch.float64, device, seed=1).requires_grad_()
     check_gradcheck(lambda a, b, c: ops.add_rms_norm(a, b, c, 1e-3), [x, r, w])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    x, r = make_tensor((4, 9), torch.float64, device, "col_strided"), make_tensor((4, 9), torch.float64, device, seed=2)
+    w = make_tensor((9,), torch.float64, device, seed=1)
+    check_func(ops.add_rms_norm, eager, [x, r, w])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, bias_cases, check_against_reference, check_bias_op, check_close, check_compile,
-                    check_gradcheck, check_opcheck, make_tensor, raises, shapes)
+from common import (DEVICES, DTYPES, LAYOUTS, bias_cases, check_against_reference, check_bias_op, check_close,
+                    check_compile, check_func, check_gradcheck, check_opcheck, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.bias_gelu.default
 
@@ -45,6 +45,12 @@ def test_gradcheck(device):
     x = make_tensor((5, 6), torch.float64, device, "col_strided").requires_grad_()
     bias = make_tensor((6,), torch.float64, device, seed=1).requires_grad_()
     check_gradcheck(ops.bias_gelu, [x, bias])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    x = make_tensor((5, 6), torch.float64, device, "col_strided")
+    check_func(ops.bias_gelu, ref, [x, make_tensor((6,), torch.float64, device, seed=1)])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import DEVICES, DTYPES, check_close, check_compile, check_gradcheck, check_opcheck, make_tensor, raises
+from common import (DEVICES, DTYPES, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
+                    make_tensor, raises)
 from rowops import check_graph_replay, run_case
 
 OP = torch.ops.myops.cross_entropy.default
@@ -119,6 +120,15 @@ def test_gradcheck(device):
     t = torch.tensor([1, -100, 8, 0, 3], device=device)
     for red in ("mean", "sum", "none"):
         check_gradcheck(lambda a: ops.cross_entropy(a, t, -100, 0.2, red), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    x = make_tensor((5, 9), torch.float64, device, "col_strided")
+    t = torch.tensor([1, -100, 8, 0, 3], device=device)
+    for red in ("mean", "none"):
+        check_func(lambda a, tt: ops.cross_entropy(a, tt, -100, 0.2, red),
+                   lambda a, tt: F.cross_entropy(a, tt, ignore_index=-100, label_smoothing=0.2, reduction=red), [x, t])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, TOL, check_compile, check_gradcheck, check_opcheck, make_tensor,
-                    raises, shapes)
+from common import (DEVICES, DTYPES, LAYOUTS, TOL, check_compile, check_func, check_gradcheck, check_opcheck,
+                    make_tensor, raises, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, LONG_ROW_TESTS, MANY_ROWS, PIPE_BWD_CHOICES, ROW_SHAPES,
                     SHORT_ROWS, WARP_ROWS, check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows,
                     padded_rows, param, run_case, run_tests_under)
@@ -179,6 +179,13 @@ def test_gradcheck(device):
     check_gradcheck(lambda a, c, d: ops.layer_norm(a, c, d, 1e-3), [x, w, b])
     check_gradcheck(lambda a, d: ops.layer_norm(a, None, d), [x, b])
     check_gradcheck(lambda a: ops.layer_norm(a), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    x = make_tensor((4, 9), torch.float64, device, "col_strided")
+    w, b = make_tensor((9,), torch.float64, device, seed=1), make_tensor((9,), torch.float64, device, seed=2)
+    check_func(ops.layer_norm, eager, [x, w, b])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -4,8 +4,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_close, check_compile, check_gradcheck,
-                    check_opcheck, make_tensor, raises, shapes)
+from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_close, check_compile, check_func,
+                    check_gradcheck, check_opcheck, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.mul.default
 
@@ -42,6 +42,12 @@ def test_gradcheck(device):
     a = make_tensor((3, 6), torch.float64, device, "row_strided").requires_grad_()
     b = make_tensor((3, 6), torch.float64, device, seed=1).requires_grad_()
     check_gradcheck(ops.mul, [a, b])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    a, b = make_tensor((3, 6), torch.float64, device, "row_strided"), make_tensor((3, 6), torch.float64, device, seed=1)
+    check_func(ops.mul, torch.mul, [a, b], second_raises=False)  # (d(g b)/da = 0)
 
 
 @pytest.mark.parametrize("device", DEVICES)

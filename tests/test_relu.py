@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_close, check_compile,
+from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_close, check_compile, check_func,
                     check_gradcheck, check_opcheck, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.relu.default
@@ -37,6 +37,11 @@ def test_backward_op(device):
 def test_gradcheck(device):
     x = make_tensor((4, 7), torch.float64, device, "permuted").requires_grad_()
     check_gradcheck(ops.relu, [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    check_func(ops.relu, torch.relu, [make_tensor((4, 7), torch.float64, device, "permuted")])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_gradcheck, check_opcheck, make_tensor, raises,
-                    shapes)
+from common import (DEVICES, DTYPES, LAYOUTS, check_compile, check_func, check_gradcheck, check_opcheck, make_tensor,
+                    raises, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, LONG_ROW_TESTS, MANY_ROWS, PIPE_BWD_CHOICES, ROW_SHAPES,
                     SHORT_ROWS, WARP_ROWS, check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows,
                     padded_rows, param, run_case, run_tests_under)
@@ -96,6 +96,12 @@ def test_gradcheck(device):
     w = make_tensor((9,), torch.float64, device, seed=1).requires_grad_()
     check_gradcheck(lambda a, b: ops.rms_norm(a, b, 1e-3), [x, w])
     check_gradcheck(lambda a: ops.rms_norm(a), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    x, w = make_tensor((4, 9), torch.float64, device, "col_strided"), make_tensor((9,), torch.float64, device, seed=1)
+    check_func(ops.rms_norm, eager, [x, w])
 
 
 @pytest.mark.parametrize("device", DEVICES)

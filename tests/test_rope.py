@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, check_against_eager, check_against_reference, check_compile, check_gradcheck,
-                    check_opcheck, raises)
+from common import (DEVICES, DTYPES, check_against_eager, check_against_reference, check_compile, check_func,
+                    check_gradcheck, check_opcheck, make_tensor, raises)
 from ops.rope import rotate
 
 OP = torch.ops.myops.rope.default
@@ -218,6 +218,16 @@ def test_gradcheck(device):
             gr, xd, cd, sd = rand(*x.shape), x.detach(), cos.detach(), sin.detach()
             lhs, rhs = (ops.rope(xd, cd, sd, hf, il) * gr).sum(), (xd * ops.rope_backward(gr, cd, sd, hf, il)).sum()
             torch.testing.assert_close(lhs, rhs, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    x = make_tensor((2, 3, 3, 2, 4), torch.float64, device)[:, :, 1]  # [2, 3, 2, 4] (strided)
+    cos, sin = make_tensor((3, 4), torch.float64, device, seed=1), make_tensor((2, 3, 4), torch.float64, device, seed=2)
+    for hf, il in [(False, False), (True, True)]:
+        c, s = (cos, sin) if not hf else (cos[:2], sin[:, :2])
+        check_func(lambda a, cc, ss: ops.rope(a, cc, ss, hf, il), lambda a, cc, ss: eager(a, cc, ss, hf, il), [x, c, s],
+                   second_raises=False)  # (linear in x: rope_backward's result does not depend on it)
 
 
 @pytest.mark.parametrize("device", DEVICES)

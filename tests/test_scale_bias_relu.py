@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, bias_cases, check_against_reference, check_bias_op, check_compile,
-                    check_gradcheck, check_opcheck, make_tensor, raises, shapes)
+                    check_func, check_gradcheck, check_opcheck, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.scale_bias_relu.default
 
@@ -37,6 +37,12 @@ def test_gradcheck(device):
     x = make_tensor((5, 6), torch.float64, device, "transposed").requires_grad_()
     bias = make_tensor((6,), torch.float64, device, seed=1).requires_grad_()
     check_gradcheck(lambda a, b: ops.scale_bias_relu(a, b, 0.7), [x, bias])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    x, bias = make_tensor((5, 6), torch.float64, device, "transposed"), make_tensor((6,), torch.float64, device, seed=1)
+    check_func(lambda a, b: ops.scale_bias_relu(a, b, 0.7), lambda a, b: ref(a, b, 0.7), [x, bias])
 
 
 @pytest.mark.parametrize("device", DEVICES)

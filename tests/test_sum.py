@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_gradcheck, check_opcheck,
+from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
                     make_tensor, poison_allocator, raises, shapes, to64)
 
 OP = torch.ops.myops.sum.default
@@ -129,6 +129,12 @@ def test_gradcheck(device):
     x = make_tensor((3, 4, 5), torch.float64, device, "permuted").requires_grad_()
     for dim, keepdim in [(None, False), ([1], True), ([0, -1], False)]:
         check_gradcheck(lambda t: ops.sum(t, dim, keepdim), [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_func(device):
+    x = make_tensor((3, 4, 5), torch.float64, device, "permuted")
+    check_func(lambda t: ops.sum(t, [0, -1]), lambda t: t.sum([0, -1]), [x], second_raises=False)  # (an expand)
 
 
 @pytest.mark.parametrize("device", DEVICES)

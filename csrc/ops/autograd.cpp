@@ -1,74 +1,107 @@
 // The Autograd-key kernel of an op with a C++ formula (autograd.h): without grad, back to the dispatcher below
-// autograd; with it, a torch::autograd::Function whose forward calls the op below autograd and whose backward runs
-// the op's formula. The one file of the registration layer with torch/csrc/autograd/custom_function.h (about 10 s
-// of compile).
+// autograd; with it, the op below autograd and a graph node (OpBackward) whose apply runs the op's formula, built as
+// PyTorch's generated kernels build theirs (next edges, saved variables, the outputs' history). Not a
+// torch::autograd::Function: functorch's transforms (torch.func.grad, vjp, jacrev) refuse those outright, and take
+// these. The one file of the registration layer with torch/csrc/autograd headers.
 #include "autograd.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
-#include <torch/csrc/autograd/custom_function.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
 
+#include <cctype>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace myops {
 namespace {
-using torch::autograd::AutogradContext;
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
 using torch::autograd::variable_list;
+// A node's owning pointer: std::shared_ptr up to torch 2.13, c10::intrusive_ptr from 2.14.
+using NodePtr = decltype(std::declval<Node&>().getptr());
+template <class T, class... A> NodePtr make_node(A&&... a) {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<Node>>) return std::make_shared<T>(std::forward<A>(a)...);
+  else return c10::make_intrusive<T>(std::forward<A>(a)...);
+}
 
-// What backward needs of one call besides its saved tensors: the formula, the non-tensor arguments by position, and
-// the positions of the tensor arguments (in the order of Generic's inputs).
-struct CallState : torch::CustomClassHolder {
-  const AutogradSpec* spec = nullptr;
-  std::vector<c10::IValue> args;
-  std::vector<int> tensor_pos;
-  std::vector<std::vector<c10::SymInt>> sizes;  // by argument position
-};
-
-struct Generic : torch::autograd::Function<Generic> {
-  // tensors: the op's tensor arguments (not the None optional ones), at state->tensor_pos
-  static variable_list forward(AutogradContext* ctx, const c10::OperatorHandle* op,
-                               c10::intrusive_ptr<CallState> state, at::TensorList tensors) {
-    at::AutoDispatchBelowADInplaceOrView below;
-    const AutogradSpec& spec = *state->spec;
-    std::vector<c10::IValue> args = state->args;
-    std::vector<bool> needs(args.size(), false);
-    if (spec.keep_sizes) state->sizes.resize(args.size());
-    for (size_t k = 0; k < tensors.size(); ++k) {
-      const int p = state->tensor_pos[k];
-      args[p] = tensors[k];
-      needs[p] = ctx->needs_input_grad(k);
-      if (spec.keep_sizes) state->sizes[p] = tensors[k].sym_sizes().vec();
-    }
-    torch::jit::Stack stack = args;
-    op->callBoxed(stack);
-    std::vector<at::Tensor> outs;
-    outs.reserve(stack.size());
-    for (const c10::IValue& v : stack) outs.push_back(v.toTensor());
-    if (spec.save) ctx->save_for_backward(spec.save(args, outs, needs));
-    if (!spec.non_differentiable.empty()) {
-      variable_list nd;
-      for (int i : spec.non_differentiable) nd.push_back(outs[i]);
-      ctx->mark_non_differentiable(nd);
-    }
-    ctx->set_materialize_grads(spec.materialize_grads);
-    ctx->saved_data["state"] = c10::IValue::make_capsule(std::move(state));
-    return variable_list(outs.begin(), outs.end());
+// The call's tensor arguments (of n on the stack from `first`): whether one wants a gradient (grad mode on). None of
+// the ops has a forward-mode formula: a tangent raises rather than being dropped.
+bool wants_grad(const c10::OperatorHandle& op, torch::jit::Stack::iterator first, torch::jit::Stack::iterator end) {
+  bool grad = false;
+  const bool grad_mode = at::GradMode::is_enabled();
+  for (auto it = first; it != end; ++it) {
+    if (!it->isTensor()) continue;
+    const at::Tensor& t = it->toTensor();
+    TORCH_CHECK_NOT_IMPLEMENTED(!torch::autograd::isFwGradDefined(t), op.schema().name(),
+                                ": forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) is not implemented; "
+                                "reverse mode (backward, torch.func.grad / vjp) is");
+    grad = grad || (grad_mode && t.requires_grad());
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto state = c10::static_intrusive_pointer_cast<CallState>(ctx->saved_data["state"].toCapsule());
+  return grad;
+}
+
+// "myops::rms_norm" -> "RmsNormBackward" (the name autograd's errors, anomaly mode and the profiler show, as
+// PyTorch's own nodes are named).
+std::string node_name(const std::string& op) {
+  std::string out;
+  bool up = true;
+  for (char ch : op.substr(op.rfind(':') + 1)) {
+    if (ch == '_') {
+      up = true;
+      continue;
+    }
+    out += up ? static_cast<char>(std::toupper(static_cast<unsigned char>(ch))) : ch;
+    up = false;
+  }
+  return out + "Backward";
+}
+
+// One call's node. Its inputs are the gradients of the op's differentiable outputs (grad_out maps them back to
+// output positions); its next edges, one per tensor argument (tensor_pos: their argument positions), lead to the
+// arguments' gradients.
+struct OpBackward final : Node {
+  const AutogradSpec* spec = nullptr;
+  const std::string* label = nullptr;  // node_name, kept by the kernel
+  std::vector<c10::IValue> args;       // the op's non-tensor arguments by position (None where a tensor was)
+  std::vector<int> tensor_pos;
+  std::vector<int> grad_out;
+  size_t n_outs = 0;
+  std::vector<std::vector<c10::SymInt>> sizes;  // by argument position (keep_sizes)
+  std::vector<SavedVariable> saved;
+  c10::IValue extra;  // what spec->prepare returned
+
+  std::string name() const override { return *label; }
+  void release_variables() override {
+    for (SavedVariable& s : saved) s.reset_data();
+  }
+  variable_list apply(variable_list&& grads) override {
     AutogradCtx c;
-    c.saved = ctx->get_saved_variables();
-    c.args = state->args;
-    c.sizes = state->sizes;
-    c.needs.assign(state->args.size(), false);
-    const size_t n = state->tensor_pos.size();
-    for (size_t k = 0; k < n; ++k) c.needs[state->tensor_pos[k]] = ctx->needs_input_grad(k);
-    const std::vector<at::Tensor> g = state->spec->backward(c, grads);
-    variable_list out(2 + n);  // (op and state: no gradient)
+    c.saved.reserve(saved.size());
+    const NodePtr self = getptr();
+    for (const SavedVariable& s : saved) c.saved.push_back(s.unpack(self));
+    c.args = args;
+    c.sizes = sizes;
+    c.extra = extra;
+    c.needs.assign(args.size(), false);
+    const size_t n = tensor_pos.size();
+    for (size_t k = 0; k < n; ++k) c.needs[tensor_pos[k]] = task_should_compute_output(k);
+    std::vector<at::Tensor> g(n_outs);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      at::Tensor t = std::move(grads[i]);
+      if (!t.defined() && spec->materialize_grads) t = input_metadata(i).zeros_like();
+      g[grad_out[i]] = std::move(t);
+    }
+    const std::vector<at::Tensor> d = spec->backward(c, g);
+    variable_list out(n);
     for (size_t k = 0; k < n; ++k) {
-      const size_t p = state->tensor_pos[k];
-      if (p < g.size() && c.needs[p]) out[2 + k] = g[p];
+      const size_t p = tensor_pos[k];
+      if (p < d.size() && c.needs[p]) out[k] = d[p];
     }
     return out;
   }
@@ -77,32 +110,97 @@ struct Generic : torch::autograd::Function<Generic> {
 struct Kernel final : c10::OperatorKernel {
   explicit Kernel(AutogradSpec s) : spec(std::move(s)) {}
   AutogradSpec spec;
+  std::once_flag named;
+  std::string label;
+
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
-    bool grad = false;
-    if (at::GradMode::is_enabled())
-      for (auto it = first; it != stack->end() && !grad; ++it) grad = it->isTensor() && it->toTensor().requires_grad();
-    if (!grad) {  // (as torch.library's Python kernel does without grad, in C++)
+    if (!wants_grad(op, first, stack->end())) {  // (as torch.library's Python kernel does without grad, in C++)
       at::AutoDispatchBelowAutograd below;
       op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
       return;
     }
-    auto state = c10::make_intrusive<CallState>();
-    state->spec = &spec;
-    state->args.assign(first, stack->end());
-    stack->erase(first, stack->end());
-    variable_list tensors;
-    for (size_t i = 0; i < n; ++i) {
-      c10::IValue& a = state->args[i];
-      if (a.isTensor()) {
-        state->tensor_pos.push_back(static_cast<int>(i));
-        tensors.push_back(a.toTensor());
-        a = c10::IValue();  // (backward keeps only what save returns)
-      }  // (a None optional tensor stays None: not an input of the graph, no gradient)
+    std::call_once(named, [&] { label = node_name(op.schema().name()); });
+    const NodePtr ptr = make_node<OpBackward>();
+    auto& node = static_cast<OpBackward&>(*ptr);
+    node.spec = &spec;
+    node.label = &label;
+    if (spec.prepare) {
+      std::vector<c10::IValue> a(first, stack->end());
+      node.extra = spec.prepare(a);
+      std::move(a.begin(), a.end(), first);
     }
-    // (as a TensorList: apply takes a std::vector argument for a non-tensor)
-    for (const at::Tensor& o : Generic::apply(&op, std::move(state), at::TensorList(tensors))) stack->push_back(o);
+    node.args.assign(first, stack->end());
+    std::vector<c10::IValue> args = node.args;  // (the call's own, tensors kept)
+    variable_list tensors;
+    std::vector<bool> needs(n, false);
+    if (spec.keep_sizes) node.sizes.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      c10::IValue& a = node.args[i];
+      if (!a.isTensor()) continue;  // (a None optional tensor stays None: not an edge, no gradient)
+      const at::Tensor& t = args[i].toTensor();
+      node.tensor_pos.push_back(static_cast<int>(i));
+      needs[i] = t.requires_grad();
+      if (spec.keep_sizes) node.sizes[i] = t.sym_sizes().vec();
+      tensors.push_back(t);
+      a = c10::IValue();  // (backward keeps only what save returns)
+    }
+    node.set_next_edges(torch::autograd::collect_next_edges(tensors));
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+    }
+    const auto outs_at = stack->end() - static_cast<std::ptrdiff_t>(op.schema().returns().size());
+    std::vector<at::Tensor> outs;
+    for (auto it = outs_at; it != stack->end(); ++it) outs.push_back(it->toTensor());
+    node.n_outs = outs.size();
+    for (size_t j = 0; j < outs.size(); ++j) {
+      bool nd = false;
+      for (int i : spec.non_differentiable) nd = nd || static_cast<size_t>(i) == j;
+      if (nd) continue;
+      node.grad_out.push_back(static_cast<int>(j));
+      torch::autograd::set_history(outs[j], ptr);
+    }
+    if (spec.save) {
+      for (const at::Tensor& t : spec.save(args, outs, needs)) {
+        bool is_output = false;
+        for (const at::Tensor& o : outs) is_output = is_output || (t.defined() && t.is_same(o));
+        node.saved.emplace_back(t, is_output);
+      }
+    }
+  }
+};
+
+// A backward op's Autograd kernel: the op below autograd, its outputs (when an argument wants a gradient: a
+// gradient taken with create_graph, as torch.func.grad always takes it) tied to an Error node that raises if a second
+// derivative is asked of it. Without this kernel PyTorch's fallback warned and returned zeros there.
+struct BackwardOpKernel final : c10::OperatorKernel {
+  std::once_flag named;
+  std::string message;
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+    const size_t n = op.schema().arguments().size();
+    const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+    if (!wants_grad(op, first, stack->end())) {
+      at::AutoDispatchBelowAutograd below;
+      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+      return;
+    }
+    std::call_once(named, [&] {
+      const std::string name = op.schema().name();
+      message = name + " is not differentiable: a second derivative (double backward, grad of grad, "
+                "torch.func.hessian) of " + name.substr(0, name.size() - 9) + " is not implemented";
+    });
+    variable_list tensors;
+    for (auto it = first; it != stack->end(); ++it)
+      if (it->isTensor()) tensors.push_back(it->toTensor());
+    const NodePtr node = make_node<torch::autograd::Error>(message, torch::autograd::collect_next_edges(tensors));
+    {
+      at::AutoDispatchBelowADInplaceOrView below;
+      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+    }
+    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(op.schema().returns().size()); it != stack->end(); ++it)
+      if (it->isTensor() && it->toTensor().defined()) torch::autograd::set_history(it->toTensor(), node);
   }
 };
 }  // namespace
@@ -126,6 +224,10 @@ std::vector<at::Tensor> OpRef::call_all(std::vector<c10::IValue> args) const {
 
 torch::CppFunction autograd_kernel(AutogradSpec spec) {
   return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(std::move(spec)));
+}
+
+torch::CppFunction backward_op_kernel() {
+  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BackwardOpKernel>());
 }
 
 }  // namespace myops

@@ -15,8 +15,8 @@
 //   backward(ctx, grads)         -> one gradient per argument (undefined: none), from the outputs' gradients grads
 //                                   (undefined for an output that got none, unless materialize_grads)
 // ctx.saved are save's tensors, ctx.args the non-tensor arguments (a tensor argument's slot holds None), ctx.needs
-// which arguments want a gradient, ctx.sizes the tensor arguments' sizes (with keep_sizes). `non_differentiable`
-// lists outputs that carry no gradient (statistics).
+// which arguments want a gradient, ctx.sizes the tensor arguments' sizes (with keep_sizes), ctx.extra what prepare
+// returned. `non_differentiable` lists outputs that carry no gradient (statistics).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
@@ -34,6 +34,7 @@ struct AutogradCtx {
   std::vector<c10::IValue> args;   // the op's non-tensor arguments by position (None where a tensor was)
   std::vector<bool> needs;         // per argument: it is a tensor that wants a gradient
   std::vector<std::vector<c10::SymInt>> sizes;  // per argument: a tensor's sizes (symbolic while traced), if kept
+  c10::IValue extra;                            // what prepare returned
   bool need(size_t i) const { return i < needs.size() && needs[i]; }
 };
 
@@ -45,6 +46,9 @@ struct AutogradSpec {
   std::vector<int> non_differentiable = {};  // output indices
   bool materialize_grads = true;             // false: an unused output's gradient stays undefined
   bool keep_sizes = false;                   // backward reads ctx.sizes
+  // Optional, on calls with grad alone: runs before the op on its arguments, which it may change, and returns what
+  // backward finds in ctx.extra (cross_entropy: its target check, queued here and read in backward).
+  std::function<c10::IValue(std::vector<c10::IValue>& args)> prepare = nullptr;
 };
 
 using Tensors = std::vector<at::Tensor>;
@@ -66,6 +70,9 @@ inline std::function<Tensors(const Args&, const Tensors&, const std::vector<bool
 
 // The boxed Autograd-key kernel for an op with formula `spec`.
 torch::CppFunction autograd_kernel(AutogradSpec spec);
+// The Autograd-key kernel of a backward op (which has no formula of its own): a second derivative through it raises
+// (`m.impl("relu_backward", myops::backward_op_kernel())` beside the op's autograd_kernel).
+torch::CppFunction backward_op_kernel();
 
 // A myops op called through the dispatcher from a formula (so that fake tensors, functionalization and the device
 // kernels see it as a direct call): OpRef("relu_backward").call({grad, out}) -> its outputs.

@@ -46,6 +46,7 @@ namespace {
 const myops::OpRef bias_gelu_backward_op("bias_gelu_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("bias_gelu_backward", myops::backward_op_kernel());  // (a second derivative raises)
   m.impl("bias_gelu", myops::autograd_kernel({myops::saving({0, 1}, {}),
                                               [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                                 return bias_gelu_backward_op.call_all({g[0], c.saved[0], c.saved[1]});

@@ -11,20 +11,16 @@
 //   waits.
 // myops::cross_entropy_backward(grad, logits, target, stats, ignore_index, label_smoothing, reduction) -> dlogits.
 //
-// Autograd is its own torch::autograd::Function here (CrossEntropyFunction), not the other ops' generic
-// autograd_kernel (autograd.h): it hands the target check from the forward to backward (DeferredCheck), and its host
-// time counts where the host waits for the GPU. On the H200 machine (torch 2.11, [4096, 32000]), one unchecked
-// forward+backward took 173 us of host time through torch.library.register_autograd, 116-125 us through this class
-// and 37-42 us for the two ops called directly; the checked bf16 forward+backward (its wait then in the forward) went
-// from 37% to 53-58% of copy bandwidth (torch.compile: 51%), fp32 from 55% to 84-91% (compile: 78%). The one heavier
-// header it needs, torch/csrc/autograd/custom_function.h, adds about 10 s to this file's compile; kernels stay
-// torch-free.
+// Autograd is the generic autograd_kernel (autograd.h) with a prepare step: it hands the target check from the
+// forward to backward (DeferredCheck), as host time counts where the host waits for the GPU. On the H200 machine
+// (torch 2.11, [4096, 32000]), one unchecked forward+backward took 173 us of host time through
+// torch.library.register_autograd, 116-125 us through a C++ autograd Function and 37-42 us for the two ops called
+// directly; the checked bf16 forward+backward (its wait then in the forward) went from 37% to 53-58% of copy
+// bandwidth (torch.compile: 51%), fp32 from 55% to 84-91% (compile: 78%).
+#include "autograd.h"
 #include "common.h"
 
 #include <ATen/TensorSubclassLikeUtils.h>
-#include <ATen/core/grad_mode.h>
-#include <ATen/ops/sum.h>
-#include <torch/csrc/autograd/custom_function.h>
 #ifdef MYOPS_WITH_CUDA
 #include <c10/cuda/CUDAGraphsC10Utils.h>
 #endif
@@ -215,15 +211,8 @@ at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logi
   }
   return logits.dim() == 1 ? dx.squeeze(0) : dx;
 }
-// The dispatcher's handles of the two ops (autograd calls them below the Autograd key: fake, functionalization
-// and the device kernels run as for a direct call).
-const auto& forward_op() {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("myops::cross_entropy", "")
-                             .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, int64_t,
-                                                                       double, c10::string_view, bool)>();
-  return op;
-}
+// The dispatcher's handle of the backward op (fake, functionalization and the device kernels run as for a direct
+// call).
 const auto& backward_op() {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("myops::cross_entropy_backward", "")
@@ -266,73 +255,58 @@ struct DeferredCheck : torch::CustomClassHolder {
 
 // d loss / d logits by cross_entropy_backward; stats is not differentiable, and an unused loss gets no gradient
 // (gradients are not materialized: no zero-filled [M, 2] gradient for stats, no backward kernel for nothing).
-// defer: the target check is queued ahead of the forward but read only when backward runs (DeferredCheck).
-struct CrossEntropyFunction : torch::autograd::Function<CrossEntropyFunction> {
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logits,
-                                                const at::Tensor& target, int64_t ignore_index, double smoothing,
-                                                c10::string_view reduction, bool check_target, bool defer) {
-    at::AutoDispatchBelowADInplaceOrView below;
+// With check_target, logits on the GPU that require grad (eager autograd; not while a CUDA graph is captured, and
+// not for fake, functional or functorch-wrapped tensors, which a compiled graph's tracing and torch.func pass) defer
+// the check's wait to backward (prepare): the forward queues the check ahead of its kernels and returns without
+// waiting for the GPU, and backward queues its kernels, then reads the check and raises for a bad target. Waiting
+// in the forward left the GPU idle for the host's whole way from that wait through autograd to the backward's launch
+// (H100, [4096, 32000] forward+backward, % of copy: bf16 62.7 checked against 94.5 unchecked, fp32 77.5 against
+// 98.8; torch.compile 66.0 / 90.7).
+myops::AutogradSpec cross_entropy_autograd() {
+  myops::AutogradSpec spec;
+  spec.save = myops::saving({0, 1}, {1});  // logits, target, stats
+  spec.non_differentiable = {1};
+  spec.materialize_grads = false;
+  spec.prepare = [](std::vector<c10::IValue>& args) -> c10::IValue {
 #ifdef MYOPS_WITH_CUDA
-    if (defer) {
-      ctx->saved_data["check"] = c10::IValue::make_capsule(
-          c10::make_intrusive<DeferredCheck>(target.reshape({-1}), logits.size(-1), ignore_index));
-      check_target = false;
+    const at::Tensor& logits = args[0].toTensor();
+    const at::Tensor& target = args[1].toTensor();
+    if (args[5].toBool() && logits.is_cuda() && logits.requires_grad() && !at::isTensorSubclassLike(logits) &&
+        !at::isTensorSubclassLike(target)) {
+      const double smoothing = args[3].toDouble();
+      check_args(logits, target, smoothing, "cross_entropy");  // (before anything is queued)
+      const c10::cuda::OptionalCUDAGuard guard(logits.device());
+      if (c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None) {
+        args[5] = false;  // (the op runs unchecked; backward reads the check)
+        return c10::IValue::make_capsule(
+            c10::make_intrusive<DeferredCheck>(target.reshape({-1}), logits.size(-1), args[2].toInt()));
+      }
     }
 #endif
-    auto [loss, stats] = forward_op().call(logits, target, ignore_index, smoothing, reduction, check_target);
-    ctx->mark_non_differentiable({stats});
-    ctx->set_materialize_grads(false);
-    ctx->save_for_backward({logits, target, stats});
-    ctx->saved_data["ignore_index"] = ignore_index;
-    ctx->saved_data["smoothing"] = smoothing;
-    ctx->saved_data["reduction"] = std::string(reduction);
-    return {loss, stats};
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    torch::autograd::variable_list out(7);
-    const auto saved = ctx->get_saved_variables();
-    const int64_t ignore_index = ctx->saved_data["ignore_index"].toInt();
-    // The gradient's kernels are queued before the host waits for the check, so that the GPU runs them while the
-    // host waits, instead of idling from the forward's end until the host is back from the wait and has queued them.
-    // A bad target's row reads a clamped column (NaN there, as in the forward), and the error below discards it.
-    if (grads[0].defined())
-      out[0] = backward_op().call(grads[0], saved[0], saved[1], saved[2], ignore_index,
-                                  ctx->saved_data["smoothing"].toDouble(), ctx->saved_data["reduction"].toStringRef());
+    (void)args;
+    return c10::IValue();
+  };
+  // The gradient's kernels are queued before the host waits for the check, so that the GPU runs them while the
+  // host waits, instead of idling from the forward's end until the host is back from the wait and has queued them.
+  // A bad target's row reads a clamped column (NaN there, as in the forward), and the error below discards it.
+  spec.backward = [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+    myops::Tensors out(6);
+    const int64_t ignore_index = c.args[2].toInt();
+    if (g[0].defined())
+      out[0] = backward_op().call(g[0], c.saved[0], c.saved[1], c.saved[2], ignore_index, c.args[3].toDouble(),
+                                  c.args[4].toStringRef());
 #ifdef MYOPS_WITH_CUDA
-    if (ctx->saved_data.count("check")) {
-      auto check = c10::static_intrusive_pointer_cast<DeferredCheck>(ctx->saved_data["check"].toCapsule());
+    if (c.extra.isCapsule()) {
+      auto check = c10::static_intrusive_pointer_cast<DeferredCheck>(c.extra.toCapsule());
       check->resolve();
       if (check->bad_row > 0)
-        raise_bad_target(saved[1].reshape({-1}), check->bad_row - 1, saved[0].size(-1), ignore_index,
+        raise_bad_target(c.saved[1].reshape({-1}), check->bad_row - 1, c.saved[0].size(-1), ignore_index,
                          " (the forward's check, read when backward ran: the logits require grad)");
     }
 #endif
     return out;
-  }
-};
-
-// With check_target, logits on the GPU that require grad (eager autograd; not while a CUDA graph is captured, and
-// not for fake or functional tensors, which a compiled graph's tracing passes) defer the check's wait to backward: the
-// forward queues the check ahead of its kernels and returns without waiting for the GPU, and backward queues its
-// kernels, then reads the check and raises for a bad target. Waiting in the forward
-// left the GPU idle for the host's whole way from that wait through autograd to the backward's launch (H100,
-// [4096, 32000] forward+backward, % of copy: bf16 62.7 checked against 94.5 unchecked, fp32 77.5 against 98.8;
-// torch.compile 66.0 / 90.7).
-std::tuple<at::Tensor, at::Tensor> cross_entropy_autograd(const at::Tensor& logits, const at::Tensor& target,
-                                                          int64_t ignore_index, double smoothing,
-                                                          c10::string_view reduction, bool check_target) {
-  bool defer = false;
-#ifdef MYOPS_WITH_CUDA
-  if (check_target && logits.is_cuda() && logits.requires_grad() && at::GradMode::is_enabled() &&
-      !at::isTensorSubclassLike(logits) && !at::isTensorSubclassLike(target)) {
-    check_args(logits, target, smoothing, "cross_entropy");  // (before anything is queued)
-    const c10::cuda::OptionalCUDAGuard guard(logits.device());
-    defer = c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None;
-  }
-#endif
-  auto out = CrossEntropyFunction::apply(logits, target, ignore_index, smoothing, reduction, check_target, defer);
-  return {out[0], out[1]};
+  };
+  return spec;
 }
 }  // namespace
 
@@ -346,7 +320,10 @@ TORCH_LIBRARY_IMPL(myops, CPU, m) {
   m.impl("cross_entropy", &cross_entropy);
   m.impl("cross_entropy_backward", &cross_entropy_backward);
 }
-TORCH_LIBRARY_IMPL(myops, Autograd, m) { m.impl("cross_entropy", &cross_entropy_autograd); }
+TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("cross_entropy", myops::autograd_kernel(cross_entropy_autograd()));
+  m.impl("cross_entropy_backward", myops::backward_op_kernel());  // (a second derivative raises)
+}
 #ifdef MYOPS_WITH_CUDA
 TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("cross_entropy", &cross_entropy);

@@ -46,6 +46,7 @@ namespace {
 const myops::OpRef mul_op("mul"), mul_backward_op("mul_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("mul_backward", myops::backward_op_kernel());  // (a second derivative raises)
   m.impl("mul", myops::autograd_kernel(
                     {[](const myops::Args& a, const myops::Tensors&, const std::vector<bool>& needs) {
                        return myops::Tensors{needs[1] ? a[0].toTensor() : at::Tensor(),

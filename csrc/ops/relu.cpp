@@ -38,6 +38,7 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 #endif
 // d relu / d x = relu_backward(grad, out), from the output alone.
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("relu_backward", myops::backward_op_kernel());  // (a second derivative raises)
   m.impl("relu",
          myops::autograd_kernel({myops::saving({}, {0}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                    return myops::Tensors{relu_backward_op.call1({g[0], c.saved[0]})};

@@ -190,6 +190,7 @@ at::Tensor table_grad(const at::Tensor& prod, const at::Tensor& like, bool heads
 }
 }  // namespace
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("rope_backward", myops::backward_op_kernel());  // (a second derivative raises)
   m.impl("rope", myops::autograd_kernel(
                      {[](const myops::Args& a, const myops::Tensors&, const std::vector<bool>& needs) {
                         const bool tables = needs[1] || needs[2];

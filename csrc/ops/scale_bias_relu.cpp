@@ -46,6 +46,7 @@ namespace {
 const myops::OpRef scale_bias_relu_backward_op("scale_bias_relu_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("scale_bias_relu_backward", myops::backward_op_kernel());  // (a second derivative raises)
   m.impl("scale_bias_relu",
          myops::autograd_kernel({myops::saving({}, {0}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                    return scale_bias_relu_backward_op.call_all({g[0], c.saved[0], c.args[2]});

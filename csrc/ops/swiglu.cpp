@@ -26,5 +26,6 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 }
 #endif
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
+  m.impl("swiglu_backward", myops::backward_op_kernel());  // (a second derivative raises)
   m.impl("swiglu", myops::autograd_kernel(myops::glu_autograd("swiglu_backward")));
 }
