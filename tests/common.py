@@ -4,6 +4,7 @@ checkers for gradcheck, opcheck, torch.compile and bad inputs."""
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -111,6 +112,15 @@ def check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor],
     first floating input raises, naming the backward op (second_raises), or equals eager's (a backward made of
     differentiable ATen ops, or one whose result does not depend on that input); forward-mode AD raises (no formula)
     instead of dropping the tangent."""
+    with warnings.catch_warnings():
+        # (jacrev's vmap runs the ops, which have no batching rules, through PyTorch's per-sample fallback, which
+        # warns; torch.func's import warns of torch.jit.script's deprecation)
+        warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented")
+        warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=FutureWarning)
+        _check_func(fn, eager_fn, inputs, second_raises)
+
+
+def _check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor], second_raises: bool) -> None:
     argnums = tuple(i for i, t in enumerate(inputs) if t.is_floating_point())
     gen = torch.Generator().manual_seed(0)
     outs = fn(*inputs)
