@@ -23,7 +23,10 @@
 //                          rows), or "by part" (task t: row t % M, part t / M: the chip reads part 0 of every row
 //                          first);
 //   real CE: warp / 64 / CTA: cross_entropy's stream_fwd_kernel as its launcher runs it, SUB = 32 / 64 / a CTA a row,
-//                          alone (loss per row and stats);
+//                          alone (loss per row and stats); also at 6 and 8 CTAs an SM by launch bounds (they spill);
+//   lean CE:               a candidate from cross_entropy.cu's pieces: a CTA a row, no row loop, the target read after
+//                          the row's reductions (lean_fwd_kernel), at 4 / 6 / 8 CTAs an SM (52 registers; 40 with one
+//                          spill reload in the fold's loop; 32 with more);
 //   real CE op none / mean: myops_cross_entropy_cuda itself (no target check), reduction "none" (the row kernel) and
 //                          "mean" (the row kernel, then the loss's reduction kernel as a programmatic dependent).
 // Timed with CUDA events
@@ -327,6 +330,27 @@ __global__ void __launch_bounds__(kStreamThreads, 2) real_variant(float* __restr
 }
 #endif
 
+// A lean candidate for cross_entropy's 16-bit forward, from cross_entropy.cu's own pieces (row_stats, finish_row):
+// a CTA a row and no row loop (grid = M), the row's target and logit read after its reductions (RowTarget at the
+// start keeps them live through the fold), no smoothing. MINB: the CTAs an SM its launch bounds ask for.
+template <class T, int MINB>
+__global__ void __launch_bounds__(kStreamThreads, MINB) lean_fwd_kernel(float* __restrict__ loss,          // [M]
+                                                                        float* __restrict__ stats,         // [M, 2]
+                                                                        const T* __restrict__ x, int64_t xs,  // [M, C]
+                                                                        const int64_t* __restrict__ target,   // [M]
+                                                                        int C, int64_t ignore_index) {
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  rr::RowReduce red(red_buf, kStreamThreads);
+  const int64_t r = blockIdx.x;
+  const T* __restrict__ xr = x + r * xs;
+  float sum_x;
+  const Pair<float> ms = row_stats<T, false, 4>(red, xr, C, (int)threadIdx.x, kStreamThreads, sum_x, [](int) {});
+  if (threadIdx.x == 0) {
+    const RowTarget<T> rt(true, target, r, 1, xr, C, ignore_index);
+    finish_row<T, false>(loss, stats, r, ms, sum_x, rt, C, ignore_index, 0.f);
+  }
+}
+
 int main(int argc, char** argv) {
   using namespace probe;
   const int M = argc > 1 ? atoi(argv[1]) : 4096, C = argc > 2 ? atoi(argv[2]) : 32000;
@@ -426,6 +450,13 @@ int main(int argc, char** argv) {
       stream("real CE: warp a row", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 32>, 8);
       stream("real CE: 64 threads a row", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 64>, 4);
       stream("real CE: a CTA a row", stream_fwd_kernel<T, false, false>, 1);
+      const auto lean = [&](const char* name, auto kernel) {
+        report(name, timer.median_us([&] { kernel<<<M, kStreamThreads>>>(out, stats, x, C, target, C, -100); }));
+        CK(cudaGetLastError());
+      };
+      lean("lean CE: a CTA a row, 4/SM", lean_fwd_kernel<T, 4>);
+      lean("lean CE: a CTA a row, 6/SM", lean_fwd_kernel<T, 6>);
+      lean("lean CE: a CTA a row, 8/SM", lean_fwd_kernel<T, 8>);
       // (more CTAs an SM by launch bounds: ptxas spills; session 46, H200, all slower)
       stream("real CE: warp a row, 6/SM", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 32, 6>, 8);
       stream("real CE: warp a row, 8/SM", stream_fwd_kernel<T, false, false, 4, kStreamThreads, 32, 8>, 8);
