@@ -187,9 +187,12 @@ struct BackwardOpKernel final : c10::OperatorKernel {
       return;
     }
     std::call_once(named, [&] {
-      const std::string name = op.schema().name();
+      const std::string name = op.schema().name(), suffix = "_backward";
+      const bool named_so = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(),
+                                                                        suffix) == 0;
       message = name + " is not differentiable: a second derivative (double backward, grad of grad, "
-                "torch.func.hessian) of " + name.substr(0, name.size() - 9) + " is not implemented";
+                "torch.func.hessian) of " + (named_so ? name.substr(0, name.size() - suffix.size()) : name) +
+                " is not implemented";
     });
     variable_list tensors;
     for (auto it = first; it != stack->end(); ++it)
