@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 #include <type_traits>
@@ -44,6 +45,22 @@ bool wants_grad(const c10::OperatorHandle& op, torch::jit::Stack::iterator first
     grad = grad || (grad_mode && t.requires_grad());
   }
   return grad;
+}
+
+// The op below autograd: without grad past it altogether, with grad below ADInplaceOrView too, as PyTorch's
+// generated kernels call theirs (the graph node is the caller's work).
+void call_below(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack, bool grad) {
+  if (grad) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+  } else {
+    at::AutoDispatchBelowAutograd below;
+    op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
+  }
+}
+// Where the op's outputs start on the stack after the call.
+torch::jit::Stack::iterator outputs(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  return stack->end() - static_cast<std::ptrdiff_t>(op.schema().returns().size());
 }
 
 // "myops::rms_norm" -> "RmsNormBackward" (the name autograd's errors, anomaly mode and the profiler show, as
@@ -116,23 +133,19 @@ struct Kernel final : c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
-    if (!wants_grad(op, first, stack->end())) {  // (as torch.library's Python kernel does without grad, in C++)
-      at::AutoDispatchBelowAutograd below;
-      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
-      return;
-    }
+    if (!wants_grad(op, first, stack->end()))  // (as torch.library's Python kernel does without grad, in C++)
+      return call_below(op, ks, stack, false);
     std::call_once(named, [&] { label = node_name(op.schema().name()); });
     const NodePtr ptr = make_node<OpBackward>();
     auto& node = static_cast<OpBackward&>(*ptr);
     node.spec = &spec;
     node.label = &label;
+    std::vector<c10::IValue> args(first, stack->end());  // (the call's own, tensors kept)
     if (spec.prepare) {
-      std::vector<c10::IValue> a(first, stack->end());
-      node.extra = spec.prepare(a);
-      std::move(a.begin(), a.end(), first);
+      node.extra = spec.prepare(args);
+      std::copy(args.begin(), args.end(), first);
     }
-    node.args.assign(first, stack->end());
-    std::vector<c10::IValue> args = node.args;  // (the call's own, tensors kept)
+    node.args = args;
     variable_list tensors;
     std::vector<bool> needs(n, false);
     if (spec.keep_sizes) node.sizes.resize(n);
@@ -147,13 +160,9 @@ struct Kernel final : c10::OperatorKernel {
       a = c10::IValue();  // (backward keeps only what save returns)
     }
     node.set_next_edges(torch::autograd::collect_next_edges(tensors));
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
-    }
-    const auto outs_at = stack->end() - static_cast<std::ptrdiff_t>(op.schema().returns().size());
+    call_below(op, ks, stack, true);
     std::vector<at::Tensor> outs;
-    for (auto it = outs_at; it != stack->end(); ++it) outs.push_back(it->toTensor());
+    for (auto it = outputs(op, stack); it != stack->end(); ++it) outs.push_back(it->toTensor());
     node.n_outs = outs.size();
     for (size_t j = 0; j < outs.size(); ++j) {
       bool nd = false;
@@ -181,11 +190,7 @@ struct BackwardOpKernel final : c10::OperatorKernel {
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
-    if (!wants_grad(op, first, stack->end())) {
-      at::AutoDispatchBelowAutograd below;
-      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
-      return;
-    }
+    if (!wants_grad(op, first, stack->end())) return call_below(op, ks, stack, false);
     std::call_once(named, [&] {
       const std::string name = op.schema().name(), suffix = "_backward";
       const bool named_so = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(),
@@ -198,11 +203,8 @@ struct BackwardOpKernel final : c10::OperatorKernel {
     for (auto it = first; it != stack->end(); ++it)
       if (it->isTensor()) tensors.push_back(it->toTensor());
     const NodePtr node = make_node<torch::autograd::Error>(message, torch::autograd::collect_next_edges(tensors));
-    {
-      at::AutoDispatchBelowADInplaceOrView below;
-      op.redispatchBoxed(ks & c10::after_autograd_keyset, stack);
-    }
-    for (auto it = stack->end() - static_cast<std::ptrdiff_t>(op.schema().returns().size()); it != stack->end(); ++it)
+    call_below(op, ks, stack, true);
+    for (auto it = outputs(op, stack); it != stack->end(); ++it)
       if (it->isTensor() && it->toTensor().defined()) torch::autograd::set_history(it->toTensor(), node);
   }
 };

@@ -4,7 +4,9 @@
 
 namespace {
 myops::EwKernel k_relu("relu"), k_relu_backward("relu_backward");
+namespace {
 const myops::OpRef relu_backward_op("relu_backward");
+}
 
 at::Tensor relu(const at::Tensor& x) {
   myops::dtype_code(x, "relu", "x");

@@ -148,11 +148,10 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                              const std::vector<c10::SymInt>& shape = c.sizes[0];
                              at::Tensor grad = g[0];
                              if (!c.args[2].toBool()) {
-                               const std::vector<int64_t> dims =
-                                   c.args[1].isNone() ? std::vector<int64_t>() : c.args[1].toIntVector();
-                               const std::vector<bool> red =
-                                   reduced_dims(static_cast<int64_t>(shape.size()),
-                                                c.args[1].isNone() ? at::OptionalIntArrayRef() : dims);
+                               const auto dims = c.args[1].toOptional<std::vector<int64_t>>();
+                               const std::vector<bool> red = reduced_dims(
+                                   static_cast<int64_t>(shape.size()),
+                                   dims ? at::OptionalIntArrayRef(*dims) : at::OptionalIntArrayRef());
                                for (size_t d = 0; d < red.size(); ++d)
                                  if (red[d]) grad = grad.unsqueeze(static_cast<int64_t>(d));
                              }
