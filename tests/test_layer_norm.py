@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, TOL, check_compile, check_func, check_gradcheck, check_opcheck,
+from common import (DEVICES, DTYPES, LAYOUTS, TOL, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
                     make_tensor, raises, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, LONG_ROW_TESTS, MANY_ROWS, PIPE_BWD_CHOICES, ROW_SHAPES,
                     SHORT_ROWS, WARP_ROWS, check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows,
@@ -83,6 +83,26 @@ def test_short_rows(device):
         x = make_tensor((m, n), torch.float32, device, seed=seed)
         run_case(ops.layer_norm, eager, None, [x, make_tensor((n,), torch.float32, device, seed=seed + 500)],
                  scale_fn=lambda x, w: scale(x, w, has_b=False))
+
+
+# One shape per fp32 forward kernel: the register kernel (3, 1024), the one-row-per-CTA kernels (2048, 4096), the
+# rows.cuh engine (5125; every shape under col_strided), the long kernel at 4 and 8 vectors per thread (65536, 262144).
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(9, 3), (7, 1024), (5, 2048), (5, 4096), (3, 5125), (2, 65536), (1, 262144)])
+@pytest.mark.parametrize("layout", ["contiguous", "col_strided"])
+def test_mean_far_from_spread(device, shape, layout):
+    """fp32 rows whose mean is 10^4 standard deviations from 0: a mean rounded to fp32 (a few ulps of 100) would put
+    about 10^4 ulps into every output, so each kernel keeps its mean as two floats and the output must be within
+    TOL of the reference relative to |reference| itself (test_matches_reference's scale forgives |mean| / std ulps).
+    Session 47's H200 run found a row of 3 near -0.71 (std 0.0076) at 3.4x eager's error before."""
+    x = make_tensor(shape, torch.float32, device, layout, seed=shape[-1]) * 0.01 + 100
+    w = make_tensor(shape[-1:], torch.float32, device, seed=1)
+    b = make_tensor(shape[-1:], torch.float32, device, seed=2)
+    out, mean, rstd = torch.ops.myops.layer_norm.default(x, w, b, 1e-5)
+    x64 = x.double()
+    check_close(out, eager(x64, w.double(), b.double()), torch.float32)
+    check_close(mean, x64.mean(-1), torch.float32)
+    run_case(ops.layer_norm, eager, None, [x, w, b], scale_fn=scale)
 
 
 @pytest.mark.cuda

@@ -47,16 +47,21 @@ __global__ void __launch_bounds__(kMaxThreads) ln_fwd_kernel(myops_out_operand y
       for (int e = 0; e < VEC; ++e) sum += v[e];
     }
     const A mu = c.reduce(Pair<A>{sum, A(0)}, AddOp{}, red, cred).a / A(N);
-    A sq = A(0);
+    A sq = A(0), ds = A(0);
     for (int64_t j = t.tid; j < t.slots(); j += t.nthr) {
       A v[VEC];
       t.get(0, j, v, mu);  // lanes past the end read mu: they add 0
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) sq += (v[e] - mu) * (v[e] - mu);
+      for (int e = 0; e < VEC; ++e) {
+        sq += (v[e] - mu) * (v[e] - mu);
+        ds += v[e] - mu;
+      }
     }
-    const A rs = inv_sqrt(c.reduce(Pair<A>{sq, A(0)}, AddOp{}, red, cred).a / A(N) + eps);
+    // (the corrected two-pass, as kCorrect's, for every type: this engine's rows are not bound by their arithmetic)
+    const Pair<A> q = c.reduce(Pair<A>{sq, ds}, AddOp{}, red, cred);
+    const A dm = q.b / A(N), rs = inv_sqrt(nonneg(q.a - q.b * dm) / A(N) + eps), ndr = -dm * rs;
     if (c.rank == 0 && c.tid == 0) {
-      mean[r] = mu;
+      mean[r] = mu + dm;
       rstd[r] = rs;
     }
     const OutRow<T> o(y, (vec_mask >> 3) & 1, c, r);
@@ -68,7 +73,7 @@ __global__ void __launch_bounds__(kMaxThreads) ln_fwd_kernel(myops_out_operand y
       if (bc) get_param(bc, (vec_mask >> 6) & 1, j, nv, bv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        v[e] = (v[e] - mu) * rs;
+        v[e] = fma(v[e] - mu, rs, ndr);
         if (wc) v[e] *= wv[e];
         if (bc) v[e] += bv[e];
       }
@@ -171,29 +176,66 @@ __global__ void __launch_bounds__(kMaxThreads) ln_bwd_kernel(myops_out_operand d
 #define MYOPS_LN_FUSED 1
 #endif
 template <class T> constexpr bool kFused = MYOPS_LN_FUSED && sizeof(T) == 2;
+// fp32 rows: the corrected two-pass statistics. The mean's first estimate mu = sum(x) / N carries the rounding of a
+// sum of terms of size |mu|, a few ulps of |mu|, and xh = (x - mu) r multiplies that by r: |mu| / std ulps of the
+// output (a row of 3 elements near -0.71, std 0.0076: 7.9e-6 where eager had 2.3e-6, H200). The second pass also
+// sums d = x - mu (one add per element; the squares' reduction carries it): dm = mean(d) is mu's error,
+// var = (sum(d^2) - sum(d) dm) / N, and the output takes xh = fma(x - mu, r, -dm r): the mean kept as two floats
+// (x - mu is exact for x near mu), no rounding of |mu| reaches it. The saved mean is mu + dm. 16-bit rows keep the
+// forms above, whose rounding is far below the output's. The kernels that load a row's first element k off their
+// critical path take the sums about k instead (rr_stats_slots, ln_wide_f32_kernel): no wider reduction. H200 fp32
+// forward, % of copy, plain -> corrected, two rounds (session 47): the register kernel N = 1024 99.1 / 99.1 -> 98.5 /
+// 98.5, the long kernel N = 65536 91.6 / 91.5 -> 88.9 / 88.9 (its rows about k lost more). -DMYOPS_LN_CORRECT=0:
+// the plain two-pass (A/B).
+#ifndef MYOPS_LN_CORRECT
+#define MYOPS_LN_CORRECT 1
+#endif
+template <class T> constexpr bool kCorrect = MYOPS_LN_CORRECT && sizeof(T) == 4;
+// xh of an element x of a row with statistics (mu, rs) and nmr = ln_nmr(mu, dm, rs): kFused fma(x, rs, -mu rs), else
+// fma(x - mu, rs, -dm rs) (dm = 0 where the statistics have no correction).
+template <class T> __device__ __forceinline__ acc_t<T> ln_nmr(acc_t<T> mu, acc_t<T> dm, acc_t<T> rs) {
+  return kFused<T> ? -mu * rs : -dm * rs;
+}
+template <class T> __device__ __forceinline__ acc_t<T> ln_xhat(acc_t<T> x, acc_t<T> mu, acc_t<T> rs, acc_t<T> nmr) {
+  if constexpr (kFused<T>) return fmaf(x, rs, nmr);
+  else return fma(x - mu, rs, nmr);
+}
 // The register kernels take inv_n = 1/N (rounded to acc_t) from the host and multiply: a division by N compiles to
 // an IEEE division sequence of about a dozen instructions, once or twice per row (where a CTA runs one row).
 // Accumulator chains (rr::Chains) of the 16-bit register forward's sums; fp32 keeps one (H200 [16384, 4096]
 // forward 95.6 / 95.5 -> 95.0 / 94.9% of copy with four).
 template <class T, int NS> constexpr int kLnChains = sizeof(T) == 2 ? rr::kChainsFor<NS> : 1;
 // The statistics of a row held in registers (rr_fwd, rr_fwd_long_kernel), from this thread's sum of its part:
-// mu = mean(x) and rs = 1 / sqrt(mean((x - mu)^2) + eps), two reductions (no cancellation).
+// mu = mean(x) and rs = 1 / sqrt(mean((x - mu)^2) + eps), two reductions (no cancellation); dm: mu's correction
+// (kCorrect; else 0).
 template <class T, int NS, bool FULL>
 __device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc_t<T> sum, rr::RowReduce& red, int t,
-                                                   int tpr, int N, acc_t<T> inv_n, acc_t<T> eps) {
+                                                   int tpr, int N, acc_t<T> inv_n, acc_t<T> eps, acc_t<T>& dm) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   const A mu = red(sum, rr::Sum{}, A(0)) * inv_n;
   rr::Chains<A, kLnChains<T, NS>> sq;
+  A ds = A(0);
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
     if (!FULL && rr::Regs<T, NS>::col(s, t, tpr) >= N) break;  // slots past the row would add mu^2
     A a[VEC];
     v.fresh(s, a);
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) sq.fma(s * VEC + e, a[e] - mu, a[e] - mu);
+    for (int e = 0; e < VEC; ++e) {
+      const A d = a[e] - mu;
+      sq.fma(s * VEC + e, d, d);
+      if constexpr (kCorrect<T>) ds += d;
+    }
   }
-  return {mu, row_rsqrt<T>(red(sq.total(), rr::Sum{}, A(0)) * inv_n + eps)};
+  if constexpr (kCorrect<T>) {
+    const Pair<A> q = red(Pair<A>{sq.total(), ds}, rr::Sum{}, Pair<A>{A(0), A(0)});
+    dm = q.b * inv_n;
+    return {mu, row_rsqrt<T>(nonneg(fmaf(-dm, q.b, q.a) * inv_n) + eps)};
+  } else {
+    dm = A(0);
+    return {mu, row_rsqrt<T>(red(sq.total(), rr::Sum{}, A(0)) * inv_n + eps)};
+  }
 }
 // The same statistics of a 16-bit row in one pass over the registers (MYOPS_LN_TSHIFT): each thread sums u = x - K
 // and u^2 about its own first element K (u exact in fp32 for 16-bit x) and takes its mean m_t = K + su / n_t and
@@ -255,18 +297,24 @@ __device__ __forceinline__ Pair<float> rr_stats_tshift(const rr::Regs<T, NS>& v,
 // and was removed); elsewhere it lost (its warp-level pass is more instructions than the reduction it saves
 // where two CTAs share an SM): N = 65536 (4 vectors) bf16 81.9 -> 80.9, fp32 90.0 -> 90.1; the register kernel at
 // [16384, 4096] bf16 87.0 -> 83.7, fp32 95.4 -> 93.8. -DMYOPS_LN_SLOTS=0 takes rr_stats there too (A/B).
+// kCorrect (fp32: kSlotShift) takes the sums about k, the row's first element, loaded a row ahead, where one
+// exchange leaves no room for rr_stats' pair: the caller sums u = x - k (u rounds at the size of x - k, not of
+// |mean|); each warp's squared deviations are about its rounded center k + mean_w(u), less that rounding's share; the
+// mean is kept as k + dm, dm = mean(u), and the output takes fma(x - k, rs, -dm rs). Else k = 0. H200, N = 262144
+// fp32 forward, % of copy, two rounds: 87.1 / 87.8 -> 87.6 / 87.1.
 #ifndef MYOPS_LN_SLOTS
 #define MYOPS_LN_SLOTS 1
 #endif
+template <class T, int NS> constexpr bool kSlotShift = MYOPS_LN_SLOTS && NS == 8 && kCorrect<T>;
 template <class T, int NS>
 __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& v, acc_t<T> sum, rr::RowReduce& red,
                                                          int t, int tpr, rr::RowCounts c, int N, acc_t<T> inv_n,
-                                                         acc_t<T> eps) {
+                                                         acc_t<T> eps, acc_t<T> k, acc_t<T>& dm) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   const int t0 = t & ~31;  // this warp's first row thread
-  const A sw = warp_sum(sum);
-  const A mw = sw * rr::recip_or_0(A(c.threads(t0, t0 + 32)));
+  const A sw = warp_sum(sum), nw = A(c.threads(t0, t0 + 32)), uw = sw * rr::recip_or_0(nw);
+  const A mw = k + uw, ew = (mw - k) - uw;  // kSlotShift: ew, mw's rounding
   A m2 = A(0);
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
@@ -276,8 +324,17 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& 
 #pragma unroll
     for (int e = 0; e < VEC; ++e) m2 += (a[e] - mw) * (a[e] - mw);
   }
-  const Pair<A> tot = red.slot_moments(Pair<A>{sw, warp_sum(m2)}, c, inv_n);
-  return {tot.a * inv_n, row_rsqrt<T>(tot.b * inv_n + eps)};
+  m2 = warp_sum(m2);
+  if constexpr (kSlotShift<T, NS>) m2 = nonneg(fmaf(-nw * ew, ew, m2));
+  const Pair<A> tot = red.slot_moments(Pair<A>{sw, m2}, c, inv_n);
+  const A rs = row_rsqrt<T>(tot.b * inv_n + eps);
+  if constexpr (kSlotShift<T, NS>) {
+    dm = tot.a * inv_n;
+    return {k, rs};
+  } else {
+    dm = A(0);
+    return {tot.a * inv_n, rs};
+  }
 }
 // The long forward's 16-bit rows at 4 vectors per thread (MYOPS_LN_SHIFT): the statistics in one cluster exchange,
 // of the sums of u = x - K about the row's first element K (u is exact in fp32 for 16-bit x): mu = K + mean(u),
@@ -309,7 +366,7 @@ __device__ __forceinline__ Pair<float> rr_stats_shift(const rr::Regs<T, NS>& v, 
   const float dc = t2.a * inv_n;
   return {mu + dc, row_rsqrt<T>(t2.b * inv_n - dc * dc + eps)};
 }
-// A slot's output in place: a = xh w + b, xh = (a - mu) rs (kFused: fma(a, rs, nmr), nmr = -mu rs); the weight wv and
+// A slot's output in place: a = xh w + b, xh = ln_xhat(a, mu, rs, nmr); the weight wv and
 // bias bv enter where present (hw, hb).
 template <class T, int VEC>
 __device__ __forceinline__ void rr_affine(acc_t<T> (&a)[VEC], acc_t<T> mu, acc_t<T> rs, acc_t<T> nmr, bool hw, bool hb,
@@ -317,7 +374,7 @@ __device__ __forceinline__ void rr_affine(acc_t<T> (&a)[VEC], acc_t<T> mu, acc_t
   using A = acc_t<T>;
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {  // (one fma for weight and bias: the compiler kept a multiply and an add)
-    const A xh = kFused<T> ? fmaf(a[e], rs, nmr) : (a[e] - mu) * rs;
+    const A xh = ln_xhat<T>(a[e], mu, rs, nmr);
     a[e] = hw && hb ? fmaf(xh, wv[e], bv[e]) : hw ? xh * wv[e] : hb ? xh + bv[e] : xh;
   }
 }
@@ -332,9 +389,9 @@ __device__ __forceinline__ void rr_affine(acc_t<T> (&a)[VEC], acc_t<T> mu, acc_t
 #define MYOPS_LN_DECODE 1
 #endif
 template <int NS> constexpr bool kLnDecode = MYOPS_LN_DECODE && (NS == 5 || NS == 6);
-// A row's output from its registers (the warp-row kernel): y = xh w + b, xh = (x - mu) rs (kFused: fma(x, rs, nmr),
-// nmr = -mu rs), the weight and bias where present. rr_fwd keeps its own copy of the loop: called from there, this
-// function took rr_fwd_kernel<bf16, 4, full> from 61 to 100 registers.
+// A row's output from its registers (the warp-row kernel): y = xh w + b, xh = ln_xhat(x, mu, rs, nmr), the weight
+// and bias where present. rr_fwd keeps its own copy of the loop: called from there, this function took
+// rr_fwd_kernel<bf16, 4, full> from 61 to 100 registers.
 template <class T, int NS, bool FULL>
 __device__ __forceinline__ void rr_out_row(const rr::Regs<T, NS>& v, T* y,  // [N]: this row
                                            const T* w, const T* b,     // [N] or null
@@ -352,7 +409,7 @@ __device__ __forceinline__ void rr_out_row(const rr::Regs<T, NS>& v, T* y,  // [
     if (b) rr::load_param(b, c, bv);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {  // (one fma for weight and bias: the compiler kept a multiply and an add)
-      const A xh = kFused<T> ? fmaf(a[e], rs, nmr) : (a[e] - mu) * rs;
+      const A xh = ln_xhat<T>(a[e], mu, rs, nmr);
       a[e] = w && b ? fmaf(xh, wv[e], bv[e]) : w ? xh * wv[e] : b ? xh + bv[e] : xh;
     }
     rr::store(y, c, a);
@@ -388,7 +445,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
     if (staged) st.take(v, r, M, N, l.t, tpr, zero);
     else v.template load_row<FULL>(x, xs, r, M, N, l.t, tpr, zero, h);
     Pair<A> ms;
-    A sum;
+    A sum, dm = A(0);
     if constexpr (kTShift<T, NS>) {
       ms = rr_stats_tshift<T, NS, FULL>(v, red, l.t, tpr, N, n_t, inv_nt, inv_n, eps, sum);
       st.next(x, xs, r, l.step(), M, N, l.t, tpr, sum);
@@ -400,12 +457,12 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
         for (int e = 0; e < VEC; ++e) cs.add(s * VEC + e, v.at(s, e));
       sum = cs.total();
       st.next(x, xs, r, l.step(), M, N, l.t, tpr, sum);
-      ms = rr_stats<T, NS, FULL>(v, sum, red, l.t, tpr, N, inv_n, eps);
+      ms = rr_stats<T, NS, FULL>(v, sum, red, l.t, tpr, N, inv_n, eps, dm);
     }
-    const A mu = ms.a, rs = ms.b, nmr = -mu * rs;
+    const A mu = ms.a, rs = ms.b, nmr = ln_nmr<T>(mu, dm, rs);
     if (!live) continue;
     if (l.t == 0) {
-      mean[r] = mu;
+      mean[r] = mu + dm;
       rstd[r] = rs;
     }
 #pragma unroll
@@ -418,7 +475,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
       if (b) rr::load_param(b, c, bv);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {  // (one fma for weight and bias: the compiler kept a multiply and an add)
-        const A xh = kFused<T> ? fmaf(a[e], rs, nmr) : (a[e] - mu) * rs;
+        const A xh = ln_xhat<T>(a[e], mu, rs, nmr);
         a[e] = w && b ? fmaf(xh, wv[e], bv[e]) : w ? xh * wv[e] : b ? xh + bv[e] : xh;
       }
       rr::store(y + r * ys, c, a);
@@ -475,7 +532,7 @@ __global__ void __launch_bounds__(512) wr_fwd_kernel(T* __restrict__ y, int64_t 
     mean[r] = mu;
     rstd[r] = rs;
   }
-  rr_out_row<T, NS, FULL>(v, y + r * ys, w, b, mu, rs, -mu * rs, t, 32, N);
+  rr_out_row<T, NS, FULL>(v, y + r * ys, w, b, mu, rs, ln_nmr<T>(mu, 0.f, rs), t, 32, N);
 }
 
 // The 16-bit backward at 2 vectors per thread keeps a thread's dw and db sums in its own shared-memory slots
@@ -851,27 +908,36 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
   rr::Regs<T, NS> v;  // one row per cluster, every row live; a prefetch past M reads row M - 1
   int64_t rn = rr::row_or_last(l.first(), M);
   v.load(x + rn * xs, N, l.t, tpr, zero, h);
-  A k = kShift<T, NS, AFF> ? to_acc(x[rn * xs]) : A(0);
+  constexpr bool kk = kShift<T, NS, AFF> || kSlotShift<T, NS>;
+  A k = kk ? to_acc(x[rn * xs]) : A(0);
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rr::Regs<T, NS> vn;
     rn = rr::row_or_last(r + l.step(), M);
     vn.load(x + rn * xs, N, l.t, tpr, zero, h);
-    const A kn = kShift<T, NS, AFF> ? to_acc(x[rn * xs]) : A(0);
+    const A kn = kk ? to_acc(x[rn * xs]) : A(0);
     Pair<A> ms;
+    A dm = A(0);
     if constexpr (kShift<T, NS, AFF>) {
       ms = rr_stats_shift<T, NS>(v, k, red, l.t, tpr, N, inv_n, eps);
     } else {
       A sum = A(0);
 #pragma unroll
-      for (int s = 0; s < NS; ++s)
+      for (int s = 0; s < NS; ++s) {
+        if constexpr (kSlotShift<T, NS>) {
+          if (rr::Regs<T, NS>::col(s, l.t, tpr) >= N) break;  // (the fill would add -k)
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
-      ms = MYOPS_LN_SLOTS && NS == 8 ? rr_stats_slots<T, NS>(v, sum, red, l.t, tpr, counts, N, inv_n, eps)
-                                     : rr_stats<T, NS, false>(v, sum, red, l.t, tpr, N, inv_n, eps);
+          for (int e = 0; e < VEC; ++e) sum += v.at(s, e) - k;
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
+        }
+      }
+      ms = MYOPS_LN_SLOTS && NS == 8 ? rr_stats_slots<T, NS>(v, sum, red, l.t, tpr, counts, N, inv_n, eps, k, dm)
+                                     : rr_stats<T, NS, false>(v, sum, red, l.t, tpr, N, inv_n, eps, dm);
     }
-    const A mu = ms.a, rs = ms.b, nmr = -mu * rs;
+    const A mu = ms.a, rs = ms.b, nmr = ln_nmr<T>(mu, dm, rs);
     if (l.t == 0) {
-      mean[r] = mu;
+      mean[r] = mu + dm;
       rstd[r] = rs;
     }
 #pragma unroll
@@ -1011,6 +1077,17 @@ Plan bwd_plan(int64_t M, int64_t N, int dtype, bool ws) {
 // 256 threads, [32768, 2048] (session 43): H200 98.9 / 98.8 -> 100.1 / 99.7 (compile 94.5), H100 100.1 / 100.0 ->
 // 101.0 / 100.9; not rows of 8192 at 1024 threads: H200 98.2 / 98.3 -> 93.2 / 93.1. MYOPS_LN_WIDE=0: the register
 // kernel (A/B).
+// kCorrect: the statistics about k, the row's first element, loaded beside the row (off the critical path, which
+// the row's own loads set): s = sum(x - k) (u = x - k rounds at the size of x - k, not of |mean|), su = s / N, the
+// second pass about c = k + su, whose rounding ce = (c - k) - su (exact where |k| >= |su|) leaves
+// var = mean((x - c)^2) - ce^2; the mean is kept as k + su and the output takes fma(x - k, rs, -su rs). One add per
+// element more and no wider reduction: H200 fp32 [16384, 4096] forward, % of copy, two rounds, plain two-pass 100.7 /
+// 100.5, this 100.6 / 100.8, rr_stats' pair (a sum of x - mu beside the squares) 98.7 / 98.6. The long forward at 4
+// vectors per thread (N = 65536) measured the reverse, with k loaded a row ahead: plain 91.6 / 91.5, about k 80.6 /
+// 80.9, the pair 88.9 / 88.9 (taken). -DMYOPS_LN_WIDE_K=0: the pair here (A/B).
+#ifndef MYOPS_LN_WIDE_K
+#define MYOPS_LN_WIDE_K 1
+#endif
 template <int TPR>
 __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __restrict__ y, int64_t ys,  // [M, N]
                                                                       float* __restrict__ mean,          // [M]
@@ -1021,19 +1098,39 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __r
                                                                       const float* __restrict__ b,  // [N] or null
                                                                       float inv_n, float eps, bool last) {
   __shared__ float red[32];
+  __shared__ Pair<float> red2[32];
   const int64_t r = blockIdx.x;
   const rr::WideRowF32<TPR> row(x, xs, r, l2_hint(last));
+  constexpr bool kk = kCorrect<float> && MYOPS_LN_WIDE_K;
+  const float x0 = kk ? x[r * xs] : 0.f;  // k (loaded beside the row)
   const Vec<float, 4>&v0 = row.v[0], &v1 = row.v[1];
   float s = 0.f;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) s += v0.v[e] + v1.v[e];
-  const float mu = block_sum(s, red) * inv_n;
-  float q = 0.f;
+  for (int e = 0; e < 4; ++e) s += kk ? (v0.v[e] - x0) + (v1.v[e] - x0) : v0.v[e] + v1.v[e];
+  const float su = block_sum(s, red) * inv_n;  // kk: mean(x - k), else mean(x)
+  const float ctr = x0 + su, ce = kk ? (ctr - x0) - su : 0.f;
+  float q = 0.f, ds = 0.f;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) q = fmaf(v0.v[e] - mu, v0.v[e] - mu, fmaf(v1.v[e] - mu, v1.v[e] - mu, q));
-  const float rs = inv_sqrt(block_sum(q, red) * inv_n + eps);
+  for (int e = 0; e < 4; ++e) {
+    const float d0 = v0.v[e] - ctr, d1 = v1.v[e] - ctr;
+    q = fmaf(d0, d0, fmaf(d1, d1, q));
+    if constexpr (kCorrect<float> && !kk) ds += d0 + d1;
+  }
+  float mu = ctr, dm = 0.f, rs;
+  if constexpr (kk) {
+    mu = x0;
+    dm = su;
+    rs = inv_sqrt(nonneg(fmaf(block_sum(q, red), inv_n, -ce * ce)) + eps);
+  } else if constexpr (kCorrect<float>) {
+    const Pair<float> t = block_sum_pair(Pair<float>{q, ds}, red2);
+    dm = t.b * inv_n;
+    rs = inv_sqrt(nonneg(fmaf(-dm, t.b, t.a) * inv_n) + eps);
+  } else {
+    rs = inv_sqrt(block_sum(q, red) * inv_n + eps);
+  }
+  const float nmr = ln_nmr<float>(mu, dm, rs);
   if (threadIdx.x == 0) {
-    mean[r] = mu;
+    mean[r] = mu + dm;
     rstd[r] = rs;
   }
 #pragma unroll
@@ -1043,7 +1140,7 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __r
     const Vec<float, 4> wv = w ? *reinterpret_cast<const Vec<float, 4>*>(w + c) : Vec<float, 4>{{1.f, 1.f, 1.f, 1.f}};
     const Vec<float, 4> bv = b ? *reinterpret_cast<const Vec<float, 4>*>(b + c) : Vec<float, 4>{{0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o.v[e] = fmaf((o.v[e] - mu) * rs, wv.v[e], bv.v[e]);
+    for (int e = 0; e < 4; ++e) o.v[e] = fmaf(ln_xhat<float>(o.v[e], mu, rs, nmr), wv.v[e], bv.v[e]);
     *reinterpret_cast<Vec<float, 4>*>(y + r * ys + c) = o;
   }
 }

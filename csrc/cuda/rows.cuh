@@ -63,6 +63,17 @@ struct AddOp {
   }
 };
 
+// block_sum (common.cuh) of two sums at once: one pair of barriers. `smem` holds 32 pairs.
+template <class A> __device__ __forceinline__ Pair<A> block_sum_pair(Pair<A> v, Pair<A>* smem) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = {warp_sum(v.a), warp_sum(v.b)};
+  __syncthreads();  // smem may still be read by a previous call
+  if (lane == 0) smem[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? smem[lane] : Pair<A>{A(0), A(0)};
+  return {warp_sum(v.a), warp_sum(v.b)};
+}
+
 constexpr float kLog2e = 1.44269504088896341f;
 // 2^t on the MUFU with subnormal results flushed to 0 (ex2.approx.ftz, 2 ulp); 2^-inf = 0, NaN stays NaN.
 __device__ __forceinline__ float exp2_ftz(float t) {
