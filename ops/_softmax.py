@@ -2,6 +2,8 @@
 
 import torch
 
+from . import _vmap
+
 
 def check_dim(op: str, x: torch.Tensor, dim: int) -> int:
     """dim wrapped into [0, max(x.dim(), 1)); a RuntimeError naming op otherwise."""
@@ -19,7 +21,7 @@ def moved_empty(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def define(name: str, expr: str):
-    """Registers the fake implementations and autograd of myops::<name> (softmax or log_softmax) and returns the
+    """Registers the fake implementations, autograd and vmap rules of myops::<name> (softmax or log_softmax) and returns the
     Python function."""
     op = getattr(torch.ops.myops, name).default
 
@@ -32,5 +34,21 @@ def define(name: str, expr: str):
     torch.library.register_fake(f"myops::{name}")(lambda x, dim=-1: moved_empty(x, check_dim(name, x, dim)))
     torch.library.register_fake(f"myops::{name}_backward")(
         lambda grad, y, dim: moved_empty(y, check_dim(f"{name}_backward", y, dim)))
+    backward = getattr(torch.ops.myops, f"{name}_backward").default
+
+    @torch.library.register_vmap(f"myops::{name}")
+    def _(info, in_dims, x, dim=-1):
+        d = _vmap.shift_dim(dim, x.dim() - (in_dims[0] is not None))
+        if d is None:  # (out of range, or a 0-d sample: the op per sample, which raises or returns its own result)
+            return _vmap.loop(lambda t: op(t, dim), info, in_dims[:1], (x,))
+        return op(_vmap.front(x, in_dims[0], info.batch_size), d), 0
+
+    @torch.library.register_vmap(f"myops::{name}_backward")
+    def _(info, in_dims, grad, y, dim):
+        d = _vmap.shift_dim(dim, y.dim() - (in_dims[1] is not None))
+        if d is None:
+            return _vmap.loop(lambda g, t: backward(g, t, dim), info, in_dims[:2], (grad, y))
+        b = info.batch_size
+        return backward(_vmap.front(grad, in_dims[0], b), _vmap.front(y, in_dims[1], b), d), 0
 
     return fn

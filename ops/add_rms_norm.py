@@ -7,6 +7,7 @@ torch.ops.myops.add_rms_norm returns (y, s, rstd); ops.add_rms_norm returns (y, 
 import torch
 
 from .rms_norm import check_weight, stat_dtype
+from . import _vmap
 
 OP = torch.ops.myops.add_rms_norm.default
 
@@ -31,3 +32,23 @@ def _(x, residual, weight=None, eps=1e-6):
 def _(grad_y, grad_s, s, rstd, weight, weight_grad, eps):
     dw = s.new_empty((s.shape[-1],) if weight is not None and weight_grad else (0,))
     return s.new_empty(s.shape), dw
+
+
+BACKWARD = torch.ops.myops.add_rms_norm_backward.default
+_vmap.register_fold("add_rms_norm", rows=(0, 1), params=(2,))
+
+
+@torch.library.register_vmap("myops::add_rms_norm_backward")
+def _(info, in_dims, grad_y, grad_s, s, rstd, weight, weight_grad, eps):
+    """grad_x from the op over the batch; grad_weight per sample: the sum over its rows of grad_y * s * rstd."""
+    args = (grad_y, grad_s, s, rstd, weight, weight_grad, eps)
+    if _vmap.batched(in_dims, (4,)):
+        return _vmap.loop(BACKWARD, info, in_dims, args)
+    b = info.batch_size
+    gy, gs, sb, r = (_vmap.front(t, d, b) for t, d in zip(args[:4], in_dims))
+    dx, _ = BACKWARD(gy, gs, sb, r, weight, False, eps)
+    if weight is not None and weight_grad:
+        dw = _vmap.row_sum(_vmap.acc(gy) * _vmap.acc(sb) * r.unsqueeze(-1), s.dtype)
+    else:
+        dw = s.new_empty((b, 0))
+    return (dx, dw), (0, 0)

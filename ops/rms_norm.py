@@ -6,6 +6,8 @@ needs. ops.rms_norm returns y.
 
 import torch
 
+from . import _vmap
+
 OP = torch.ops.myops.rms_norm.default
 
 
@@ -37,3 +39,23 @@ def _(x, weight=None, eps=1e-6):
 def _(grad, x, rstd, weight, weight_grad, eps):
     dw = x.new_empty((x.shape[-1],) if weight is not None and weight_grad else (0,))
     return x.new_empty(x.shape), dw
+
+
+BACKWARD = torch.ops.myops.rms_norm_backward.default
+_vmap.register_fold("rms_norm", rows=(0,), params=(1,))
+
+
+@torch.library.register_vmap("myops::rms_norm_backward")
+def _(info, in_dims, grad, x, rstd, weight, weight_grad, eps):
+    """grad_x from the op over the batch; grad_weight per sample: the sum over its rows of grad * x * rstd."""
+    args = (grad, x, rstd, weight, weight_grad, eps)
+    if _vmap.batched(in_dims, (3,)):
+        return _vmap.loop(BACKWARD, info, in_dims, args)
+    b = info.batch_size
+    g, xb, r = (_vmap.front(t, d, b) for t, d in zip(args[:3], in_dims))
+    dx, _ = BACKWARD(g, xb, r, weight, False, eps)
+    if weight is not None and weight_grad:
+        dw = _vmap.row_sum(_vmap.acc(g) * _vmap.acc(xb) * r.unsqueeze(-1), x.dtype)
+    else:
+        dw = x.new_empty((b, 0))
+    return (dx, dw), (0, 0)

@@ -2,6 +2,8 @@
 
 import torch
 
+from . import _vmap
+
 OP = torch.ops.myops.scale_bias_relu.default
 BACKWARD = torch.ops.myops.scale_bias_relu_backward.default
 
@@ -29,3 +31,15 @@ def _(x, bias, scale):
 def _(grad, out, scale):
     torch._check(grad.dim() >= 1, lambda: "myops.scale_bias_relu_backward: grad must have at least 1 dimension")
     return grad.new_empty(grad.shape), grad.new_empty(grad.shape[-1:])
+
+
+_vmap.register_fold("scale_bias_relu", rows=(0,), params=(1,))
+
+
+@torch.library.register_vmap("myops::scale_bias_relu_backward")
+def _(info, in_dims, grad, out, scale):
+    """grad_bias per sample: the sum of that sample's grad where out > 0."""
+    b = info.batch_size
+    g, o = _vmap.front(grad, in_dims[0], b), _vmap.front(out, in_dims[1], b)
+    dx, _ = BACKWARD(g, o, scale)
+    return (dx, _vmap.row_sum(torch.where(o > 0, g, 0), grad.dtype)), (0, 0)

@@ -3,6 +3,7 @@ checkers for gradcheck, opcheck, torch.compile and bad inputs."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -111,13 +112,60 @@ def check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor],
     the first output, with respect to every floating input, equal eager's. A second derivative with respect to the
     first floating input raises, naming the backward op (second_raises), or equals eager's (a backward made of
     differentiable ATen ops, or one whose result does not depend on that input); forward-mode AD raises (no formula)
-    instead of dropping the tangent."""
-    with warnings.catch_warnings():
-        # (jacrev's vmap runs the ops, which have no batching rules, through PyTorch's per-sample fallback, which
-        # warns; torch.func's import warns of torch.jit.script's deprecation)
-        warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented")
+    instead of dropping the tangent. vmap of the op, and of its grad (per-sample gradients), equal the op and its
+    grad run per sample, with every op and backward op taken by its vmap rule (ops/_vmap.py): PyTorch's per-sample
+    fallback (which only prints a warning from C++) is switched off, so that an op without a rule raises."""
+    with no_vmap_fallback(), warnings.catch_warnings():
+        # (torch.func's import warns of torch.jit.script's deprecation)
         warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=FutureWarning)
         _check_func(fn, eager_fn, inputs, second_raises)
+        _check_vmap(fn, inputs)
+
+
+@contextlib.contextmanager
+def no_vmap_fallback():
+    """vmap of an op without a batching rule raises inside (PyTorch's per-sample fallback is switched off)."""
+    fallback = torch._C._functorch._is_vmap_fallback_enabled()
+    torch._C._functorch._set_vmap_fallback_enabled(False)
+    try:
+        yield
+    finally:
+        torch._C._functorch._set_vmap_fallback_enabled(fallback)
+
+
+def _check_vmap(fn: Callable, inputs: Sequence[torch.Tensor], batch: int = 3) -> None:
+    """vmap(fn) and vmap(grad(sum of fn's floating outputs)) against per-sample calls: the first input batched alone
+    (along dim 1 where it has one: the rules move it first) and then every input batched (the weights too: their
+    rules run per sample)."""
+    gen = torch.Generator().manual_seed(1)
+    argnums = tuple(i for i, t in enumerate(inputs) if t.is_floating_point())
+
+    def samples(t):
+        if not t.is_floating_point():
+            return [t] * batch
+        return [t + 0.5 * k * torch.randn(t.shape, generator=gen, dtype=t.dtype).to(t.device) for k in range(batch)]
+
+    def total(*xs):
+        ys = fn(*xs)
+        ys = (ys,) if isinstance(ys, torch.Tensor) else tuple(ys)
+        return sum((y * y).sum() for y in ys if y.is_floating_point())
+
+    def stacked(outs):
+        if isinstance(outs[0], torch.Tensor):
+            return torch.stack(outs)
+        return tuple(torch.stack(o) for o in zip(*outs))
+
+    for which in ([0], list(range(len(inputs)))):
+        dims = [None] * len(inputs)
+        for i in which:
+            dims[i] = 1 if i == 0 and inputs[0].dim() >= 1 else 0
+        per = [samples(t) if d is not None else None for t, d in zip(inputs, dims)]
+        args = [torch.stack(p, d) if d is not None else t for t, p, d in zip(inputs, per, dims)]
+        sample = [[p[b] if p is not None else t for t, p in zip(inputs, per)] for b in range(batch)]
+        torch.testing.assert_close(torch.func.vmap(fn, in_dims=tuple(dims))(*args),
+                                   stacked([fn(*s) for s in sample]))
+        torch.testing.assert_close(torch.func.vmap(torch.func.grad(total, argnums), in_dims=tuple(dims))(*args),
+                                   stacked([torch.func.grad(total, argnums)(*s) for s in sample]))
 
 
 def _check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor], second_raises: bool) -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import ops
 from common import (DEVICES, DTYPES, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
-                    make_tensor, raises)
+                    make_tensor, no_vmap_fallback, raises)
 from rowops import check_graph_replay, run_case
 
 OP = torch.ops.myops.cross_entropy.default
@@ -126,9 +126,37 @@ def test_gradcheck(device):
 def test_func(device):
     x = make_tensor((5, 9), torch.float64, device, "col_strided")
     t = torch.tensor([1, -100, 8, 0, 3], device=device)
-    for red in ("mean", "none"):
+    for red in ("mean", "sum", "none"):
         check_func(lambda a, tt: ops.cross_entropy(a, tt, -100, 0.2, red),
                    lambda a, tt: F.cross_entropy(a, tt, ignore_index=-100, label_smoothing=0.2, reduction=red), [x, t])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("rows", [None, 3])
+def test_vmap_samples(device, reduction, rows):
+    """Per-sample losses and gradients (vmap of grad) of samples of logits [C] (rows None) or [3, C], the second
+    sample's targets all ignore_index: vmap's rules run the batch's rows in one call; that sample's "mean" is NaN
+    (0 / 0, as F.cross_entropy's) and its gradient 0."""
+    x = make_tensor((4, 9) if rows is None else (4, rows, 9), torch.float64, device, seed=3)
+    t = torch.tensor([1, -100, 8, 0], device=device)
+    if rows is not None:
+        t = torch.stack([t.roll(k) for k in range(rows)], 1)
+        t[1] = -100
+
+    def loss(a, tt):
+        return ops.cross_entropy(a, tt, -100, 0.1, reduction)
+
+    def ref(a, tt):
+        return F.cross_entropy(a, tt, ignore_index=-100, label_smoothing=0.1, reduction=reduction)
+
+    with no_vmap_fallback():
+        torch.testing.assert_close(torch.func.vmap(loss)(x, t), torch.func.vmap(ref)(x, t), equal_nan=True)
+        got = torch.func.vmap(torch.func.grad(lambda a, tt: loss(a, tt).sum()))(x, t)
+    want = torch.stack([torch.func.grad(lambda a, tt: loss(a, tt).sum())(x[i], t[i]) for i in range(4)])
+    torch.testing.assert_close(got, want, equal_nan=True)
+    torch.testing.assert_close(got[[0, 2, 3]], torch.func.vmap(torch.func.grad(lambda a, tt: ref(a, tt).sum()))(
+        x, t)[[0, 2, 3]])
 
 
 @pytest.mark.parametrize("device", DEVICES)
