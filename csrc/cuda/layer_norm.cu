@@ -205,6 +205,18 @@ template <class T> __device__ __forceinline__ acc_t<T> ln_xhat(acc_t<T> x, acc_t
 // Accumulator chains (rr::Chains) of the 16-bit register forward's sums; fp32 keeps one (H200 [16384, 4096]
 // forward 95.6 / 95.5 -> 95.0 / 94.9% of copy with four).
 template <class T, int NS> constexpr int kLnChains = sizeof(T) == 2 ? rr::kChainsFor<NS> : 1;
+// MYOPS_LN_LAZY=1 (not measured yet; off): rr_stats' correction only for rows where it matters, |mu| rs above
+// kLazyAbove: mu's rounding, a few ulps of |mu|, costs the output a few times |mu| rs ulps, under half an ulp below
+// 1/16. Every other row (randn rows of 4096 and more, nearly every row of an activation of mean near 0) keeps the
+// plain two-pass's two scalar reductions; a row above it sums x - mu from its registers and reduces once more. Meant
+// to win back the pair reduction's cost at N = 65536 (2.7 points) and N = 1024 (0.6): A/B with
+// MYOPS_NVCC_FLAGS=-DMYOPS_LN_LAZY=1 (test_mean_far_from_spread covers the corrected branch, the randn tests the
+// other).
+#ifndef MYOPS_LN_LAZY
+#define MYOPS_LN_LAZY 0
+#endif
+constexpr bool kLazy = MYOPS_LN_LAZY;
+constexpr float kLazyAbove = 1.f / 16;
 // The statistics of a row held in registers (rr_fwd, rr_fwd_long_kernel), from this thread's sum of its part:
 // mu = mean(x) and rs = 1 / sqrt(mean((x - mu)^2) + eps), two reductions (no cancellation); dm: mu's correction
 // (kCorrect; else 0).
@@ -225,10 +237,27 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc
     for (int e = 0; e < VEC; ++e) {
       const A d = a[e] - mu;
       sq.fma(s * VEC + e, d, d);
-      if constexpr (kCorrect<T>) ds += d;
+      if constexpr (kCorrect<T> && !kLazy) ds += d;
     }
   }
-  if constexpr (kCorrect<T>) {
+  if constexpr (kCorrect<T> && kLazy) {
+    const A var = red(sq.total(), rr::Sum{}, A(0)) * inv_n;  // about mu: the row's variance + dm^2
+    A rs = row_rsqrt<T>(var + eps);
+    dm = A(0);
+    if (fabsf(mu) * rs > kLazyAbove) {  // (uniform: every thread of the row holds the same totals)
+#pragma unroll
+      for (int s = 0; s < NS; ++s) {
+        if (!FULL && rr::Regs<T, NS>::col(s, t, tpr) >= N) break;
+        A a[VEC];
+        v.fresh(s, a);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) ds += a[e] - mu;
+      }
+      dm = red(ds, rr::Sum{}, A(0)) * inv_n;
+      rs = row_rsqrt<T>(nonneg(fmaf(-dm, dm, var)) + eps);
+    }
+    return {mu, rs};
+  } else if constexpr (kCorrect<T>) {
     const Pair<A> q = red(Pair<A>{sq.total(), ds}, rr::Sum{}, Pair<A>{A(0), A(0)});
     dm = q.b * inv_n;
     return {mu, row_rsqrt<T>(nonneg(fmaf(-dm, q.b, q.a) * inv_n) + eps)};
