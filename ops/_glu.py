@@ -8,8 +8,8 @@ from . import _vmap
 
 
 def define(name: str, act: str) -> tuple[Callable, Callable]:
-    """Registers the fake implementations, autograd and vmap rules of myops::<name>(gate, up) = act(gate) * up and returns the
-    Python functions (<name>, <name>_backward)."""
+    """Registers the fake implementations, autograd and vmap rules of myops::<name>(gate, up) = act(gate) * up and
+    returns the Python functions (<name>, <name>_backward)."""
     op = getattr(torch.ops.myops, name).default
     backward = getattr(torch.ops.myops, f"{name}_backward").default
 

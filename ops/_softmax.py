@@ -21,8 +21,8 @@ def moved_empty(x: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def define(name: str, expr: str):
-    """Registers the fake implementations, autograd and vmap rules of myops::<name> (softmax or log_softmax) and returns the
-    Python function."""
+    """Registers the fake implementations, autograd and vmap rules of myops::<name> (softmax or log_softmax) and
+    returns the Python function."""
     op = getattr(torch.ops.myops, name).default
 
     def fn(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -6,8 +6,8 @@ torch.ops.myops.add_rms_norm returns (y, s, rstd); ops.add_rms_norm returns (y, 
 
 import torch
 
-from .rms_norm import check_weight, stat_dtype
 from . import _vmap
+from .rms_norm import check_weight, stat_dtype
 
 OP = torch.ops.myops.add_rms_norm.default
 

@@ -18,8 +18,8 @@ loss.
 
 import torch
 
-from .rms_norm import stat_dtype
 from . import _vmap
+from .rms_norm import stat_dtype
 
 OP = torch.ops.myops.cross_entropy.default
 REDUCTIONS = ("mean", "sum", "none")

@@ -6,8 +6,8 @@ torch.ops.myops.layer_norm returns (y, mean, rstd) like aten.native_layer_norm; 
 
 import torch
 
-from .rms_norm import stat_dtype
 from . import _vmap
+from .rms_norm import stat_dtype
 
 OP = torch.ops.myops.layer_norm.default
 

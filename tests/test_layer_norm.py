@@ -5,8 +5,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import ops
-from common import (DEVICES, DTYPES, LAYOUTS, TOL, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
-                    make_tensor, raises, shapes)
+from common import (DEVICES, DTYPES, LAYOUTS, TOL, check_close, check_compile, check_func, check_gradcheck,
+                    check_opcheck, make_tensor, raises, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, LONG_ROW_TESTS, MANY_ROWS, PIPE_BWD_CHOICES, ROW_SHAPES,
                     SHORT_ROWS, WARP_ROWS, check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows,
                     padded_rows, param, run_case, run_tests_under)
@@ -85,8 +85,8 @@ def test_short_rows(device):
                  scale_fn=lambda x, w: scale(x, w, has_b=False))
 
 
-# One shape per fp32 forward kernel: the register kernel (3, 1024), the one-row-per-CTA kernels (2048, 4096), the
-# rows.cuh engine (5125; every shape under col_strided), the long kernel at 4 and 8 vectors per thread (65536, 262144).
+# One shape per fp32 forward kernel: the register kernel (1024), the one-row-per-CTA kernels (2048, 4096), the rows.cuh
+# engine (3, 5125; every shape under col_strided), the long kernel at 4 and 8 vectors per thread (65536, 262144).
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("shape", [(9, 3), (7, 1024), (5, 2048), (5, 4096), (3, 5125), (2, 65536), (1, 262144)])
 @pytest.mark.parametrize("layout", ["contiguous", "col_strided"])
