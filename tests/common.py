@@ -110,8 +110,9 @@ def check_gradcheck(fn: Callable, inputs: Sequence[torch.Tensor]) -> None:
 def check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor], second_raises: bool = True) -> None:
     """torch.func takes the op as it takes PyTorch's own: grad (of a random weighting of every output) and jacrev of
     the first output, with respect to every floating input, equal eager's. A second derivative with respect to the
-    first floating input raises, naming the backward op (second_raises), or equals eager's (a backward made of
-    differentiable ATen ops, or one whose result does not depend on that input); forward-mode AD raises (no formula)
+    first floating input raises, naming the backward op (second_raises), or equals eager's and passes gradgradcheck
+    (a backward op with a formula of its own, a backward made of differentiable ATen ops, or one whose result does
+    not depend on that input); forward-mode AD raises (no formula)
     instead of dropping the tangent. vmap of the op, and of its grad (per-sample gradients), equal the op and its
     grad run per sample, with every op and backward op taken by its vmap rule (ops/_vmap.py): PyTorch's per-sample
     fallback (which only prints a warning from C++) is switched off, so that an op without a rule raises."""
@@ -202,6 +203,8 @@ def _check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor]
     if not second_raises:
         torch.testing.assert_close(torch.func.grad(grad_norm(fn), k)(*inputs),
                                    torch.func.grad(grad_norm(eager_fn), k)(*inputs))
+        # (every floating input at once: the backward op's own formula, where it has one, against finite differences)
+        torch.autograd.gradgradcheck(fn, [t.detach().requires_grad_(t.is_floating_point()) for t in inputs])
     else:
         with pytest.raises(RuntimeError, match="is not differentiable: a second derivative"):
             torch.func.grad(grad_norm(fn), k)(*inputs)

@@ -40,7 +40,14 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 #endif
 // d relu / d x = relu_backward(grad, out), from the output alone.
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
-  m.impl("relu_backward", myops::backward_op_kernel());  // (a second derivative raises)
+  // relu_backward is linear in grad (the same mask on the incoming gradient) and piecewise constant in out: no
+  // gradient for out (as aten's threshold_backward). A second derivative of relu is thus 0 where it is defined.
+  m.impl("relu_backward",
+         myops::autograd_kernel({myops::saving({1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                   return myops::Tensors{
+                                       c.need(0) ? relu_backward_op.call1({g[0], c.saved[0]}) : at::Tensor(),
+                                       at::Tensor()};
+                                 }}));
   m.impl("relu",
          myops::autograd_kernel({myops::saving({}, {0}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                    return myops::Tensors{relu_backward_op.call1({g[0], c.saved[0]})};

@@ -176,7 +176,7 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 // 16-bit types: out = x * cos + rotate(x) * sin, so dcos = sum(g * x) and dsin = sum(g * rotate(x)), summed over the
 // heads dim and the dims a table is broadcast over, as eager autograd's sum_to_size does for x * cos.unsqueeze(head).
 namespace {
-const myops::OpRef rope_backward_op("rope_backward");
+const myops::OpRef rope_op("rope"), rope_backward_op("rope_backward");
 // rotate_half(x) (NeoX / Llama), or interleaved the GPT-J rotate_every_two.
 at::Tensor rotate(const at::Tensor& x, bool interleaved) {
   if (interleaved)
@@ -190,7 +190,25 @@ at::Tensor table_grad(const at::Tensor& prod, const at::Tensor& like, bool heads
 }
 }  // namespace
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
-  m.impl("rope_backward", myops::backward_op_kernel());  // (a second derivative raises)
+  // rope_backward(grad) = grad cos - rotate(grad sin) (rotate^T = -rotate), whose adjoint in grad is rope itself:
+  // d/dgrad = rope(g) for its incoming gradient g; d/dcos = sum(g grad), d/dsin = sum(rotate(g) grad), summed as
+  // rope's own table gradients. A second derivative of rope (linear in x) comes back through these.
+  m.impl("rope_backward", myops::autograd_kernel(
+                              {myops::saving({0, 1, 2}, {}),
+                               [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                 const at::Tensor &grad = c.saved[0], &cos = c.saved[1], &sin = c.saved[2];
+                                 const bool heads_first = c.args[3].toBool(), interleaved = c.args[4].toBool();
+                                 myops::Tensors d(3);
+                                 if (c.need(0)) d[0] = rope_op.call1({g[0], cos, sin, heads_first, interleaved});
+                                 if (c.need(1) || c.need(2)) {
+                                   const at::ScalarType t = g[0].scalar_type();
+                                   const at::ScalarType acc = t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
+                                   const at::Tensor ga = g[0].to(acc), gr = grad.to(acc);
+                                   if (c.need(1)) d[1] = table_grad(ga.mul(gr), cos, heads_first);
+                                   if (c.need(2)) d[2] = table_grad(rotate(ga, interleaved).mul(gr), sin, heads_first);
+                                 }
+                                 return d;
+                               }}));
   m.impl("rope", myops::autograd_kernel(
                      {[](const myops::Args& a, const myops::Tensors&, const std::vector<bool>& needs) {
                         const bool tables = needs[1] || needs[2];

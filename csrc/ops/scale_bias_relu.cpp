@@ -43,10 +43,19 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 #endif
 // (dx, dbias) = scale_bias_relu_backward(grad, out, scale), from the output alone.
 namespace {
-const myops::OpRef scale_bias_relu_backward_op("scale_bias_relu_backward");
+const myops::OpRef scale_bias_relu_backward_op("scale_bias_relu_backward"), relu_backward_op("relu_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
-  m.impl("scale_bias_relu_backward", myops::backward_op_kernel());  // (a second derivative raises)
+  // scale_bias_relu_backward is linear in grad and piecewise constant in out (no gradient for it): with incoming
+  // gradients g_x [..., N] and g_bias [N], d/dgrad = (g_x scale + g_bias) where out > 0 (relu_backward's mask).
+  m.impl("scale_bias_relu_backward",
+         myops::autograd_kernel({myops::saving({1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                   at::Tensor dgrad;
+                                   if (c.need(0))
+                                     dgrad = relu_backward_op.call1({g[0].mul(c.args[2].toDouble()).add(g[1]),
+                                                                     c.saved[0]});
+                                   return myops::Tensors{dgrad, at::Tensor(), at::Tensor()};
+                                 }}));
   m.impl("scale_bias_relu",
          myops::autograd_kernel({myops::saving({}, {0}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                    return scale_bias_relu_backward_op.call_all({g[0], c.saved[0], c.args[2]});
