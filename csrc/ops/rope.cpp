@@ -188,26 +188,32 @@ at::Tensor table_grad(const at::Tensor& prod, const at::Tensor& like, bool heads
   const int64_t head = heads_first ? -3 : -2;
   return prod.sum_to_size_symint(like.unsqueeze(head).sym_sizes()).squeeze(head).to(like.scalar_type());
 }
+// The formula of rope (op = rope_backward, v = x, rotate_g false) or of rope_backward (op = rope, v = its grad,
+// rotate_g true) for the incoming gradient g: d[0] = op(g), d[1] = sum(g v) for cos, d[2] = sum(g rotate(v)) (rope)
+// or sum(rotate(g) v) (rope_backward) for sin, the products in fp32 for 16-bit types.
+myops::Tensors rope_formula(const myops::AutogradCtx& c, const at::Tensor& g, const myops::OpRef& op,
+                            const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& v, bool rotate_g) {
+  const bool heads_first = c.args[3].toBool(), interleaved = c.args[4].toBool();
+  myops::Tensors d(3);
+  if (c.need(0)) d[0] = op.call1({g, cos, sin, heads_first, interleaved});
+  if (c.need(1) || c.need(2)) {
+    const at::ScalarType t = g.scalar_type();
+    const at::ScalarType acc = t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
+    const at::Tensor ga = g.to(acc), va = v.to(acc);
+    if (c.need(1)) d[1] = table_grad(ga.mul(va), cos, heads_first);
+    if (c.need(2))
+      d[2] = table_grad(rotate_g ? rotate(ga, interleaved).mul(va) : ga.mul(rotate(va, interleaved)), sin, heads_first);
+  }
+  return d;
+}
 }  // namespace
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // rope_backward(grad) = grad cos - rotate(grad sin) (rotate^T = -rotate), whose adjoint in grad is rope itself:
   // d/dgrad = rope(g) for its incoming gradient g; d/dcos = sum(g grad), d/dsin = sum(rotate(g) grad), summed as
   // rope's own table gradients. A second derivative of rope (linear in x) comes back through these.
   m.impl("rope_backward", myops::autograd_kernel(
-                              {myops::saving({0, 1, 2}, {}),
-                               [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                 const at::Tensor &grad = c.saved[0], &cos = c.saved[1], &sin = c.saved[2];
-                                 const bool heads_first = c.args[3].toBool(), interleaved = c.args[4].toBool();
-                                 myops::Tensors d(3);
-                                 if (c.need(0)) d[0] = rope_op.call1({g[0], cos, sin, heads_first, interleaved});
-                                 if (c.need(1) || c.need(2)) {
-                                   const at::ScalarType t = g[0].scalar_type();
-                                   const at::ScalarType acc = t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
-                                   const at::Tensor ga = g[0].to(acc), gr = grad.to(acc);
-                                   if (c.need(1)) d[1] = table_grad(ga.mul(gr), cos, heads_first);
-                                   if (c.need(2)) d[2] = table_grad(rotate(ga, interleaved).mul(gr), sin, heads_first);
-                                 }
-                                 return d;
+                              {myops::saving({0, 1, 2}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                 return rope_formula(c, g[0], rope_op, c.saved[1], c.saved[2], c.saved[0], true);
                                }}));
   m.impl("rope", myops::autograd_kernel(
                      {[](const myops::Args& a, const myops::Tensors&, const std::vector<bool>& needs) {
@@ -216,17 +222,6 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                                               tables ? a[0].toTensor() : at::Tensor()};
                       },
                       [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                        const at::Tensor &cos = c.saved[0], &sin = c.saved[1], &x = c.saved[2];
-                        const bool heads_first = c.args[3].toBool(), interleaved = c.args[4].toBool();
-                        myops::Tensors d(3);
-                        if (c.need(0)) d[0] = rope_backward_op.call1({g[0], cos, sin, heads_first, interleaved});
-                        if (c.need(1) || c.need(2)) {
-                          const at::ScalarType t = g[0].scalar_type();
-                          const at::ScalarType acc = t == at::kHalf || t == at::kBFloat16 ? at::kFloat : t;
-                          const at::Tensor ga = g[0].to(acc), xa = x.to(acc);
-                          if (c.need(1)) d[1] = table_grad(ga.mul(xa), cos, heads_first);
-                          if (c.need(2)) d[2] = table_grad(ga.mul(rotate(xa, interleaved)), sin, heads_first);
-                        }
-                        return d;
+                        return rope_formula(c, g[0], rope_backward_op, c.saved[0], c.saved[1], c.saved[2], false);
                       }}));
 }
