@@ -1,6 +1,7 @@
 // myops::bias_gelu(x, bias) = gelu(x + bias, approximate="tanh"), bias [x.shape[-1]].
 // myops::bias_gelu_backward(grad, x, bias) -> (grad_x, grad_bias): grad_x = grad * gelu'(x + bias), grad_bias = its
 // sum over all but the last dim, in one pass.
+#include "act.h"
 #include "autograd.h"
 #include "common.h"
 
@@ -46,7 +47,24 @@ namespace {
 const myops::OpRef bias_gelu_backward_op("bias_gelu_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
-  m.impl("bias_gelu_backward", myops::backward_op_kernel());  // (a second derivative raises)
+  // bias_gelu_backward(grad, x, bias) = (dx, dbias), dx = grad gelu'(z), z = x + bias, dbias = dx summed over rows:
+  // with incoming gradients g_x, g_bias, G = g_x + g_bias (broadcast: dbias sums dx) and d/dgrad = G gelu'(z),
+  // d/dx = G grad gelu''(z), d/dbias = that summed over rows.
+  m.impl("bias_gelu_backward", myops::autograd_kernel(
+                                   {myops::saving({0, 1, 2}, {}),
+                                    [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                      const at::Tensor &grad = c.saved[0], &x = c.saved[1], &bias = c.saved[2];
+                                      const auto d = myops::act_derivatives(x.add(bias), myops::Act::GeluTanh);
+                                      const at::Tensor G = g[0].add(g[1]);
+                                      myops::Tensors out(3);
+                                      if (c.need(0)) out[0] = G.mul(d.first);
+                                      if (c.need(1) || c.need(2)) {
+                                        const at::Tensor h = G.mul(grad).mul(d.second);
+                                        if (c.need(1)) out[1] = h;
+                                        if (c.need(2)) out[2] = h.sum_to_size_symint(bias.sym_sizes());
+                                      }
+                                      return out;
+                                    }}));
   m.impl("bias_gelu", myops::autograd_kernel({myops::saving({0, 1}, {}),
                                               [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                                 return bias_gelu_backward_op.call_all({g[0], c.saved[0], c.saved[1]});

@@ -3,6 +3,7 @@
 // gate and up: same shape, dtype and device, any strides (the halves h[..., :H], h[..., H:] of one [..., 2H]
 // tensor run in place, without a copy).
 #pragma once
+#include "act.h"
 #include "autograd.h"
 #include "common.h"
 
@@ -41,6 +42,21 @@ inline std::tuple<at::Tensor, at::Tensor> glu_backward(GluKernels& k, const at::
 inline AutogradSpec glu_autograd(const char* backward) {
   return {saving({0, 1}, {}), [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
             return bwd.call_all({g[0], c.saved[0], c.saved[1]});
+          }};
+}
+
+// The backward op's formula (a second derivative of <op>): with g1, g2 the incoming gradients of its outputs
+// (grad_gate, grad_up) = (grad up act'(gate), grad act(gate)):
+//   d/dgrad = g1 up act' + g2 act,  d/dgate = grad (g1 up act'' + g2 act'),  d/dup = g1 grad act'
+inline AutogradSpec glu_backward_autograd(Act act) {
+  return {saving({0, 1, 2}, {}), [act](const AutogradCtx& c, const Tensors& g) {
+            const at::Tensor &grad = c.saved[0], &gate = c.saved[1], &up = c.saved[2];
+            const auto d = act_derivatives(gate, act);
+            Tensors out(3);
+            if (c.need(0)) out[0] = g[0].mul(up).mul(d.first).add(g[1].mul(act_value(gate, act)));
+            if (c.need(1)) out[1] = grad.mul(g[0].mul(up).mul(d.second).add(g[1].mul(d.first)));
+            if (c.need(2)) out[2] = g[0].mul(grad).mul(d.first);
+            return out;
           }};
 }
 
