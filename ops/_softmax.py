@@ -5,11 +5,12 @@ import torch
 from . import _vmap
 
 
-def check_dim(op: str, x: torch.Tensor, dim: int) -> int:
-    """dim wrapped into [0, max(x.dim(), 1)); a RuntimeError naming op otherwise."""
-    lim = max(x.dim(), 1)
+def check_dim(op: str, x: torch.Tensor | int, dim: int) -> int:
+    """dim wrapped into [0, max(ndim, 1)) for x (or x dims); a RuntimeError naming op otherwise."""
+    ndim = x if isinstance(x, int) else x.dim()
+    lim = max(ndim, 1)
     if not -lim <= dim < lim:
-        raise RuntimeError(f"myops.{op}: dim {dim} is out of range for a tensor with {x.dim()} dimensions")
+        raise RuntimeError(f"myops.{op}: dim {dim} is out of range for a tensor with {ndim} dimensions")
     return dim % lim
 
 
@@ -36,18 +37,20 @@ def define(name: str, expr: str):
         lambda grad, y, dim: moved_empty(y, check_dim(f"{name}_backward", y, dim)))
     backward = getattr(torch.ops.myops, f"{name}_backward").default
 
+    # vmap: the sample's dim (checked as the op checks it) one further on, past the batch; a 0-d sample per sample
     @torch.library.register_vmap(f"myops::{name}")
     def _(info, in_dims, x, dim=-1):
-        d = _vmap.shift_dim(dim, x.dim() - (in_dims[0] is not None))
-        if d is None:  # (out of range, or a 0-d sample: the op per sample, which raises or returns its own result)
+        n = x.dim() - (in_dims[0] is not None)
+        if n == 0:
             return _vmap.loop(lambda t: op(t, dim), info, in_dims[:1], (x,))
-        return op(_vmap.front(x, in_dims[0], info.batch_size), d), 0
+        return op(_vmap.front(x, in_dims[0], info.batch_size), check_dim(name, n, dim) + 1), 0
 
     @torch.library.register_vmap(f"myops::{name}_backward")
     def _(info, in_dims, grad, y, dim):
-        d = _vmap.shift_dim(dim, y.dim() - (in_dims[1] is not None))
-        if d is None:
+        n = y.dim() - (in_dims[1] is not None)
+        if n == 0:
             return _vmap.loop(lambda g, t: backward(g, t, dim), info, in_dims[:2], (grad, y))
+        d = check_dim(f"{name}_backward", n, dim) + 1
         b = info.batch_size
         return backward(_vmap.front(grad, in_dims[0], b), _vmap.front(y, in_dims[1], b), d), 0
 

@@ -73,6 +73,33 @@ def register_fold(name: str, rows: Sequence[int], params: Sequence[int] = ()) ->
     torch.library.register_vmap(f"myops::{name}", rule)
 
 
+def register_row_sums(name: str, rows: Sequence[int], sums: Callable, params: Sequence[int] = (),
+                      flag: int | None = None) -> None:
+    """Registers myops::name's rule for a backward op whose outputs after the first sum over rows (the weight and
+    bias gradients), which vmap keeps per sample: the op once over the batch as fold's (with `flag`, the argument
+    that asks for those sums, passed False), its first output (dx) kept; the sums from sums(a, dx) on the call's
+    batch-first arguments a, or, where args[flag] is False, empty [batch, 0] ones as the op gives."""
+    op = getattr(torch.ops.myops, name).default
+
+    def rule(info, in_dims, *args):
+        if batched(in_dims, params):
+            return loop(op, info, in_dims, args)
+        a = list(args)
+        for i in rows:
+            a[i] = front(args[i], in_dims[i], info.batch_size)
+        if flag is not None:
+            a[flag] = False
+        out = op(*a)
+        dx = out[0]
+        if flag is None or args[flag]:
+            rest = tuple(sums(a, dx))
+        else:
+            rest = tuple(dx.new_empty((info.batch_size, 0)) for _ in out[1:])
+        return (dx, *rest), (0,) * len(out)
+
+    torch.library.register_vmap(f"myops::{name}", rule)
+
+
 def acc(t: torch.Tensor) -> torch.Tensor:
     """t in the ops' accumulation type: fp32, fp64 for fp64."""
     return t.to(torch.float64 if t.dtype == torch.float64 else torch.float32)
@@ -81,10 +108,3 @@ def acc(t: torch.Tensor) -> torch.Tensor:
 def row_sum(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Per-sample column sums of a batch-first [B, ..., N] tensor, in fp32 (fp64 for fp64), as `dtype`: [B, N]."""
     return acc(t).flatten(1, -2).sum(1).to(dtype) if t.dim() > 2 else t.to(dtype)
-
-
-def shift_dim(dim: int, logical_ndim: int) -> int | None:
-    """A dim of a sample (logical_ndim dims) as a dim of the batch-first tensor; None where it is out of range (the
-    caller loops: the op raises its own error)."""
-    lim = max(logical_ndim, 1)
-    return dim % lim + 1 if -lim <= dim < lim and logical_ndim > 0 else None

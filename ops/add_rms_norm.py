@@ -34,21 +34,16 @@ def _(grad_y, grad_s, s, rstd, weight, weight_grad, eps):
     return s.new_empty(s.shape), dw
 
 
-BACKWARD = torch.ops.myops.add_rms_norm_backward.default
 _vmap.register_fold("add_rms_norm", rows=(0, 1), params=(2,))
 
 
-@torch.library.register_vmap("myops::add_rms_norm_backward")
-def _(info, in_dims, grad_y, grad_s, s, rstd, weight, weight_grad, eps):
-    """grad_x from the op over the batch; grad_weight per sample: the sum over its rows of grad_y * s * rstd."""
-    args = (grad_y, grad_s, s, rstd, weight, weight_grad, eps)
-    if _vmap.batched(in_dims, (4,)):
-        return _vmap.loop(BACKWARD, info, in_dims, args)
-    b = info.batch_size
-    gy, gs, sb, r = (_vmap.front(t, d, b) for t, d in zip(args[:4], in_dims))
-    dx, _ = BACKWARD(gy, gs, sb, r, weight, False, eps)
-    if weight is not None and weight_grad:
-        dw = _vmap.row_sum(_vmap.acc(gy) * _vmap.acc(sb) * r.unsqueeze(-1), s.dtype)
-    else:
-        dw = s.new_empty((b, 0))
-    return (dx, dw), (0, 0)
+def _weight_grad(a, dx):
+    """Per sample: the sum over its rows of grad_y * s * rstd (a: grad_y, grad_s, s, rstd, weight, ...; none without
+    a weight)."""
+    grad_y, _, s, rstd, weight = a[:5]
+    if weight is None:
+        return (s.new_empty((s.shape[0], 0)),)
+    return (_vmap.row_sum(_vmap.acc(grad_y) * _vmap.acc(s) * rstd.unsqueeze(-1), s.dtype),)
+
+
+_vmap.register_row_sums("add_rms_norm_backward", rows=(0, 1, 2, 3), sums=_weight_grad, params=(4,), flag=5)

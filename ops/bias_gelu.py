@@ -40,11 +40,6 @@ def _(grad, x, bias):
 _vmap.register_fold("bias_gelu", rows=(0,), params=(1,))
 
 
-@torch.library.register_vmap("myops::bias_gelu_backward")
-def _(info, in_dims, grad, x, bias):
-    """grad_bias per sample: the sum of that sample's grad_x (d/d bias = d/dx)."""
-    if _vmap.batched(in_dims, (2,)):
-        return _vmap.loop(BACKWARD, info, in_dims, (grad, x, bias))
-    b = info.batch_size
-    dx, _ = BACKWARD(_vmap.front(grad, in_dims[0], b), _vmap.front(x, in_dims[1], b), bias)
-    return (dx, _vmap.row_sum(dx, grad.dtype)), (0, 0)
+# (grad_bias per sample: the sum of that sample's grad_x, d/d bias being d/dx)
+_vmap.register_row_sums("bias_gelu_backward", rows=(0, 1), sums=lambda a, dx: (_vmap.row_sum(dx, dx.dtype),),
+                        params=(2,))

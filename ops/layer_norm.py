@@ -40,24 +40,15 @@ def _(grad, x, mean, rstd, weight, params_grad, eps):
     return x.new_empty(x.shape), x.new_empty((n,)), x.new_empty((n,))
 
 
-BACKWARD = torch.ops.myops.layer_norm_backward.default
 _vmap.register_fold("layer_norm", rows=(0,), params=(1, 2))
 
 
-@torch.library.register_vmap("myops::layer_norm_backward")
-def _(info, in_dims, grad, x, mean, rstd, weight, params_grad, eps):
-    """grad_x from the op over the batch; grad_weight and grad_bias per sample: the sums over its rows of
-    grad * (x - mean) * rstd and of grad."""
-    args = (grad, x, mean, rstd, weight, params_grad, eps)
-    if _vmap.batched(in_dims, (4,)):
-        return _vmap.loop(BACKWARD, info, in_dims, args)
-    b = info.batch_size
-    g, xb, mu, r = (_vmap.front(t, d, b) for t, d in zip(args[:4], in_dims))
-    dx, _, _ = BACKWARD(g, xb, mu, r, weight, False, eps)
-    if params_grad:
-        g32 = _vmap.acc(g)
-        xhat = (_vmap.acc(xb) - mu.unsqueeze(-1)) * r.unsqueeze(-1)
-        dw, db = _vmap.row_sum(g32 * xhat, x.dtype), _vmap.row_sum(g32, x.dtype)
-    else:
-        dw = db = x.new_empty((b, 0))
-    return (dx, dw, db), (0, 0, 0)
+def _param_grads(a, dx):
+    """Per sample: the sums over its rows of grad * (x - mean) * rstd and of grad (a: grad, x, mean, rstd, ...)."""
+    grad, x, mean, rstd = a[:4]
+    g = _vmap.acc(grad)
+    xhat = (_vmap.acc(x) - mean.unsqueeze(-1)) * rstd.unsqueeze(-1)
+    return _vmap.row_sum(g * xhat, x.dtype), _vmap.row_sum(g, x.dtype)
+
+
+_vmap.register_row_sums("layer_norm_backward", rows=(0, 1, 2, 3), sums=_param_grads, params=(4,), flag=5)

@@ -41,21 +41,15 @@ def _(grad, x, rstd, weight, weight_grad, eps):
     return x.new_empty(x.shape), dw
 
 
-BACKWARD = torch.ops.myops.rms_norm_backward.default
 _vmap.register_fold("rms_norm", rows=(0,), params=(1,))
 
 
-@torch.library.register_vmap("myops::rms_norm_backward")
-def _(info, in_dims, grad, x, rstd, weight, weight_grad, eps):
-    """grad_x from the op over the batch; grad_weight per sample: the sum over its rows of grad * x * rstd."""
-    args = (grad, x, rstd, weight, weight_grad, eps)
-    if _vmap.batched(in_dims, (3,)):
-        return _vmap.loop(BACKWARD, info, in_dims, args)
-    b = info.batch_size
-    g, xb, r = (_vmap.front(t, d, b) for t, d in zip(args[:3], in_dims))
-    dx, _ = BACKWARD(g, xb, r, weight, False, eps)
-    if weight is not None and weight_grad:
-        dw = _vmap.row_sum(_vmap.acc(g) * _vmap.acc(xb) * r.unsqueeze(-1), x.dtype)
-    else:
-        dw = x.new_empty((b, 0))
-    return (dx, dw), (0, 0)
+def _weight_grad(a, dx):
+    """Per sample: the sum over its rows of grad * x * rstd (a: grad, x, rstd, weight, ...; none without a weight)."""
+    grad, x, rstd, weight = a[:4]
+    if weight is None:
+        return (x.new_empty((x.shape[0], 0)),)
+    return (_vmap.row_sum(_vmap.acc(grad) * _vmap.acc(x) * rstd.unsqueeze(-1), x.dtype),)
+
+
+_vmap.register_row_sums("rms_norm_backward", rows=(0, 1, 2), sums=_weight_grad, params=(3,), flag=4)

@@ -36,10 +36,6 @@ def _(grad, out, scale):
 _vmap.register_fold("scale_bias_relu", rows=(0,), params=(1,))
 
 
-@torch.library.register_vmap("myops::scale_bias_relu_backward")
-def _(info, in_dims, grad, out, scale):
-    """grad_bias per sample: the sum of that sample's grad where out > 0."""
-    b = info.batch_size
-    g, o = _vmap.front(grad, in_dims[0], b), _vmap.front(out, in_dims[1], b)
-    dx, _ = BACKWARD(g, o, scale)
-    return (dx, _vmap.row_sum(torch.where(o > 0, g, 0), grad.dtype)), (0, 0)
+# (grad_bias per sample: the sum of that sample's grad where out > 0)
+_vmap.register_row_sums("scale_bias_relu_backward", rows=(0, 1),
+                        sums=lambda a, dx: (_vmap.row_sum(torch.where(a[1] > 0, a[0], 0), a[0].dtype),))

@@ -112,8 +112,7 @@ def check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor],
     the first output, with respect to every floating input, equal eager's. A second derivative with respect to the
     first floating input raises, naming the backward op (second_raises), or equals eager's and passes gradgradcheck
     (a backward op with a formula of its own, a backward made of differentiable ATen ops, or one whose result does
-    not depend on that input); forward-mode AD raises (no formula)
-    instead of dropping the tangent. vmap of the op, and of its grad (per-sample gradients), equal the op and its
+    not depend on that input); forward-mode AD raises (no formula) instead of dropping the tangent. vmap of the op, and of its grad (per-sample gradients), equal the op and its
     grad run per sample, with every op and backward op taken by its vmap rule (ops/_vmap.py): PyTorch's per-sample
     fallback (which only prints a warning from C++) is switched off, so that an op without a rule raises."""
     with no_vmap_fallback(), warnings.catch_warnings():
@@ -147,14 +146,10 @@ def _check_vmap(fn: Callable, inputs: Sequence[torch.Tensor], batch: int = 3) ->
         return [t + 0.5 * k * torch.randn(t.shape, generator=gen, dtype=t.dtype).to(t.device) for k in range(batch)]
 
     def total(*xs):
-        ys = fn(*xs)
-        ys = (ys,) if isinstance(ys, torch.Tensor) else tuple(ys)
-        return sum((y * y).sum() for y in ys if y.is_floating_point())
+        return sum((y * y).sum() for y in _outputs(fn(*xs)) if y.is_floating_point())
 
     def stacked(outs):
-        if isinstance(outs[0], torch.Tensor):
-            return torch.stack(outs)
-        return tuple(torch.stack(o) for o in zip(*outs))
+        return torch.stack(outs) if isinstance(outs[0], torch.Tensor) else tuple(torch.stack(o) for o in zip(*outs))
 
     for which in ([0], list(range(len(inputs)))):
         dims = [None] * len(inputs)
@@ -172,22 +167,18 @@ def _check_vmap(fn: Callable, inputs: Sequence[torch.Tensor], batch: int = 3) ->
 def _check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor], second_raises: bool) -> None:
     argnums = tuple(i for i, t in enumerate(inputs) if t.is_floating_point())
     gen = torch.Generator().manual_seed(0)
-    outs = fn(*inputs)
-    outs = (outs,) if isinstance(outs, torch.Tensor) else tuple(outs)
+    outs = _outputs(fn(*inputs))
     weights = [torch.randn(o.shape, generator=gen, dtype=o.dtype).to(o.device) if o.is_floating_point() else None
                for o in outs]
 
     def scalar(f):
         def s(*xs):
-            ys = f(*xs)
-            ys = (ys,) if isinstance(ys, torch.Tensor) else tuple(ys)
-            return sum((y * w).sum() for y, w in zip(ys, weights) if w is not None)
+            return sum((y * w).sum() for y, w in zip(_outputs(f(*xs)), weights) if w is not None)
         return s
 
     def first(f):
         def y0(*xs):
-            ys = f(*xs)
-            return ys if isinstance(ys, torch.Tensor) else ys[0]
+            return _outputs(f(*xs))[0]
         return y0
 
     for got, want in zip(torch.func.grad(scalar(fn), argnums)(*inputs),

@@ -250,7 +250,7 @@ template <class A> __device__ __forceinline__ A block_sum(A v, A* smem) {
   __syncthreads();  // smem may still be read by a previous call
   if (lane == 0) smem[warp] = v;
   __syncthreads();
-  v = lane < nwarps ? smem[lane] : A(0);
+  v = lane < nwarps ? smem[lane] : A{};
   return warp_sum(v);
 }
 

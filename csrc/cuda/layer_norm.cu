@@ -53,8 +53,9 @@ __global__ void __launch_bounds__(kMaxThreads) ln_fwd_kernel(myops_out_operand y
       t.get(0, j, v, mu);  // lanes past the end read mu: they add 0
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        sq += (v[e] - mu) * (v[e] - mu);
-        ds += v[e] - mu;
+        const A d = v[e] - mu;
+        sq += d * d;
+        ds += d;
       }
     }
     // (the corrected two-pass, as kCorrect's, for every type: this engine's rows are not bound by their arithmetic)
@@ -1151,7 +1152,7 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __r
     dm = su;
     rs = inv_sqrt(nonneg(fmaf(block_sum(q, red), inv_n, -ce * ce)) + eps);
   } else if constexpr (kCorrect<float>) {
-    const Pair<float> t = block_sum_pair(Pair<float>{q, ds}, red2);
+    const Pair<float> t = block_sum(Pair<float>{q, ds}, red2);
     dm = t.b * inv_n;
     rs = inv_sqrt(nonneg(fmaf(-dm, t.b, t.a) * inv_n) + eps);
   } else {

@@ -63,15 +63,9 @@ struct AddOp {
   }
 };
 
-// block_sum (common.cuh) of two sums at once: one pair of barriers. `smem` holds 32 pairs.
-template <class A> __device__ __forceinline__ Pair<A> block_sum_pair(Pair<A> v, Pair<A>* smem) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = {warp_sum(v.a), warp_sum(v.b)};
-  __syncthreads();  // smem may still be read by a previous call
-  if (lane == 0) smem[warp] = v;
-  __syncthreads();
-  v = lane < nwarps ? smem[lane] : Pair<A>{A(0), A(0)};
-  return {warp_sum(v.a), warp_sum(v.b)};
+// Two sums at once in warp_sum, and so in block_sum (common.cuh: one pair of barriers for both).
+template <class A> __device__ __forceinline__ Pair<A> warp_sum(Pair<A> v) {
+  return {myops::warp_sum(v.a), myops::warp_sum(v.b)};
 }
 
 constexpr float kLog2e = 1.44269504088896341f;

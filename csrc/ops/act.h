@@ -12,6 +12,7 @@
 namespace myops {
 
 enum class Act { Silu, GeluTanh };
+constexpr double kGeluK0 = 0.7978845608028654, kGeluK1 = 0.044715;  // sqrt(2 / pi), the cubic's coefficient
 
 // (act'(x), act''(x))
 inline std::pair<at::Tensor, at::Tensor> act_derivatives(const at::Tensor& x, Act act) {
@@ -19,7 +20,7 @@ inline std::pair<at::Tensor, at::Tensor> act_derivatives(const at::Tensor& x, Ac
     const at::Tensor s = x.sigmoid(), one_s = s.neg().add(1);
     return {s.mul(x.mul(one_s).add(1)), s.mul(one_s).mul(x.mul(one_s.sub(s)).add(2))};
   }
-  constexpr double k0 = 0.7978845608028654, k1 = 0.044715;  // sqrt(2 / pi)
+  constexpr double k0 = kGeluK0, k1 = kGeluK1;
   const at::Tensor x2 = x.mul(x);
   const at::Tensor t = x.mul(x2.mul(k1).add(1)).mul(k0).tanh(), sech2 = t.mul(t).neg().add(1);
   const at::Tensor du = x2.mul(3 * k1).add(1).mul(k0), d2u = x.mul(6 * k0 * k1);
@@ -30,7 +31,7 @@ inline std::pair<at::Tensor, at::Tensor> act_derivatives(const at::Tensor& x, Ac
 
 inline at::Tensor act_value(const at::Tensor& x, Act act) {
   if (act == Act::Silu) return x.mul(x.sigmoid());
-  constexpr double k0 = 0.7978845608028654, k1 = 0.044715;
+  constexpr double k0 = kGeluK0, k1 = kGeluK1;
   return x.mul(x.mul(x.mul(x).mul(k1).add(1)).mul(k0).tanh().add(1)).mul(0.5);
 }
 
