@@ -183,11 +183,10 @@ template <class T> constexpr bool kFused = MYOPS_LN_FUSED && sizeof(T) == 2;
 // sums d = x - mu (one add per element; the squares' reduction carries it): dm = mean(d) is mu's error,
 // var = (sum(d^2) - sum(d) dm) / N, and the output takes xh = fma(x - mu, r, -dm r): the mean kept as two floats
 // (x - mu is exact for x near mu), no rounding of |mu| reaches it. The saved mean is mu + dm. 16-bit rows keep the
-// forms above, whose rounding is far below the output's. The kernels that load a row's first element k off their
-// critical path take the sums about k instead (rr_stats_slots, ln_wide_f32_kernel): no wider reduction. H200 fp32
-// forward, % of copy, plain -> corrected, two rounds (session 47): the register kernel N = 1024 99.1 / 99.1 -> 98.5 /
-// 98.5, the long kernel N = 65536 91.6 / 91.5 -> 88.9 / 88.9 (its rows about k lost more). -DMYOPS_LN_CORRECT=0:
-// the plain two-pass (A/B).
+// forms above, whose rounding is far below the output's. kLazy (below) takes the correction only in the rows that
+// need it. H200 fp32 forward, % of copy, plain -> corrected in every row, two rounds (session 47): the register
+// kernel N = 1024 99.1 / 99.1 -> 98.5 / 98.5, the long kernel N = 65536 91.6 / 91.5 -> 88.9 / 88.9.
+// -DMYOPS_LN_CORRECT=0: the plain two-pass (A/B).
 #ifndef MYOPS_LN_CORRECT
 #define MYOPS_LN_CORRECT 1
 #endif
@@ -206,22 +205,26 @@ template <class T> __device__ __forceinline__ acc_t<T> ln_xhat(acc_t<T> x, acc_t
 // Accumulator chains (rr::Chains) of the 16-bit register forward's sums; fp32 keeps one (H200 [16384, 4096]
 // forward 95.6 / 95.5 -> 95.0 / 94.9% of copy with four).
 template <class T, int NS> constexpr int kLnChains = sizeof(T) == 2 ? rr::kChainsFor<NS> : 1;
-// MYOPS_LN_LAZY=1 (not measured yet; off): rr_stats' correction only for rows where it matters, |mu| rs above
-// kLazyAbove: mu's rounding, a few ulps of |mu|, costs the output a few times |mu| rs ulps, under half an ulp below
-// 1/16. Every other row (randn rows of 4096 and more, nearly every row of an activation of mean near 0) keeps the
-// plain two-pass's two scalar reductions; a row above it sums x - mu from its registers and reduces once more. Meant
-// to win back the pair reduction's cost at N = 65536 (2.7 points) and N = 1024 (0.6): A/B with
-// MYOPS_NVCC_FLAGS=-DMYOPS_LN_LAZY=1 (test_mean_far_from_spread covers the corrected branch, the randn tests the
-// other).
+// kLazy (fp32): the mean's correction only in rows where it matters, |mu| rs above kLazyAbove. mu's rounding is at
+// most a few ulps of mean(|x|) <= sqrt(mu^2 + var) (the partial sums are at most sums of |x|), which costs the output
+// a few ulps of sqrt(1 + (mu rs)^2): about one below 1/16. Every other row (randn rows, a first element far out in
+// its row, nearly every row of an activation) keeps the plain two-pass's two scalar reductions; a row above it (a
+// mean far from its spread) sums x - mu from its registers and reduces once more (the branch is uniform: every
+// thread of a row holds the same totals). H200 fp32 forward, % of copy, two rounds, session 47's forms (the pair in
+// every row of rr_stats, sums about the first element elsewhere) -> kLazy (session 48): N = 65536 89.6 / 89.7 -> 91.8
+// / 91.5, N = 262144 87.6 / 87.2 -> 87.1 / 86.7, [16384, 4096] and N = 2048 even (100.3-100.8), N = 1024 98.4 / 98.6
+// -> 97.9 / 97.8: the register kernel (rr_fwd, the rr_stats of LAZY false) keeps the pair in every row.
+// -DMYOPS_LN_LAZY=0: the pair in every row everywhere (A/B).
 #ifndef MYOPS_LN_LAZY
-#define MYOPS_LN_LAZY 0
+#define MYOPS_LN_LAZY 1
 #endif
 constexpr bool kLazy = MYOPS_LN_LAZY;
 constexpr float kLazyAbove = 1.f / 16;
+__device__ __forceinline__ bool ln_lazy_needed(float mu, float rs) { return fabsf(mu) * rs > kLazyAbove; }
 // The statistics of a row held in registers (rr_fwd, rr_fwd_long_kernel), from this thread's sum of its part:
 // mu = mean(x) and rs = 1 / sqrt(mean((x - mu)^2) + eps), two reductions (no cancellation); dm: mu's correction
-// (kCorrect; else 0).
-template <class T, int NS, bool FULL>
+// (kCorrect; else 0), in kLazy's rows (LAZY) or in every row, reduced beside the squares.
+template <class T, int NS, bool FULL, bool LAZY>
 __device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc_t<T> sum, rr::RowReduce& red, int t,
                                                    int tpr, int N, acc_t<T> inv_n, acc_t<T> eps, acc_t<T>& dm) {
   using A = acc_t<T>;
@@ -238,14 +241,14 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc
     for (int e = 0; e < VEC; ++e) {
       const A d = a[e] - mu;
       sq.fma(s * VEC + e, d, d);
-      if constexpr (kCorrect<T> && !kLazy) ds += d;
+      if constexpr (kCorrect<T> && !LAZY) ds += d;
     }
   }
-  if constexpr (kCorrect<T> && kLazy) {
+  if constexpr (kCorrect<T> && LAZY) {
     const A var = red(sq.total(), rr::Sum{}, A(0)) * inv_n;  // about mu: the row's variance + dm^2
     A rs = row_rsqrt<T>(var + eps);
     dm = A(0);
-    if (fabsf(mu) * rs > kLazyAbove) {  // (uniform: every thread of the row holds the same totals)
+    if (ln_lazy_needed(mu, rs)) {
 #pragma unroll
       for (int s = 0; s < NS; ++s) {
         if (!FULL && rr::Regs<T, NS>::col(s, t, tpr) >= N) break;
@@ -278,9 +281,11 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats(const rr::Regs<T, NS>& v, acc
 // 90.2 / 90.2 -> 91.3 / 91.3, N = 2048 87.6 / 87.4 -> 88.8 / 88.6 (without this form alone, N = 1024: 90.6).
 // n_t, inv_nt: this thread's elements in the row and 1 / n_t (0 for a thread past the row: it adds 0 to both sums).
 // This thread's (sum of u, sum of u^2), u = x - center, over its slots of the row (slots past N hold the fill, not
-// center: left out; FULL: there are none), in NC accumulator chains (rr::Chains). FRESH: converted by Regs::fresh,
-// for a pass after a reduction over the same registers.
-template <bool FRESH, bool FULL = false, int NC = 1, class T, int NS>
+// center: left out; FULL: there are none), in NC accumulator chains (rr::Chains). CONV: how x is converted, kAt
+// (Regs::at), kFresh (Regs::fresh, for a pass after a reduction over the same registers) or kOther
+// (Regs::decode_other: other instructions than a pass before, see MYOPS_LN_DECODE).
+enum Conv { kAt, kFresh, kOther };
+template <Conv CONV, bool FULL = false, int NC = 1, class T, int NS>
 __device__ __forceinline__ Pair<float> moments_about(const rr::Regs<T, NS>& v, float center, int t, int tpr, int N) {
   constexpr int VEC = 16 / sizeof(T);
   rr::Chains<float, NC> su, suu;
@@ -288,7 +293,8 @@ __device__ __forceinline__ Pair<float> moments_about(const rr::Regs<T, NS>& v, f
   for (int s = 0; s < NS; ++s) {
     if (!FULL && rr::Regs<T, NS>::col(s, t, tpr) >= N) break;
     float a[VEC];
-    if constexpr (FRESH) v.fresh(s, a);
+    if constexpr (CONV == kFresh) v.fresh(s, a);
+    else if constexpr (CONV == kOther) v.decode_other(s, a);
     else
 #pragma unroll
       for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e);
@@ -310,7 +316,7 @@ __device__ __forceinline__ Pair<float> rr_stats_tshift(const rr::Regs<T, NS>& v,
                                                        int N, float n_t, float inv_nt, float inv_n, float eps,
                                                        float& first_pass) {
   const float k = v.at(0, 0);  // (a thread past the row: the zero fill, with n_t = 0)
-  const Pair<float> m = moments_about<false, FULL, rr::kChainsFor<NS>>(v, k, t, tpr, N);
+  const Pair<float> m = moments_about<kAt, FULL, rr::kChainsFor<NS>>(v, k, t, tpr, N);
   const float a = m.a, b = m.b;
   first_pass = a;
   const float mt = fmaf(a, inv_nt, k), m2t = fmaf(-a * inv_nt, a, b);
@@ -327,24 +333,24 @@ __device__ __forceinline__ Pair<float> rr_stats_tshift(const rr::Regs<T, NS>& v,
 // and was removed); elsewhere it lost (its warp-level pass is more instructions than the reduction it saves
 // where two CTAs share an SM): N = 65536 (4 vectors) bf16 81.9 -> 80.9, fp32 90.0 -> 90.1; the register kernel at
 // [16384, 4096] bf16 87.0 -> 83.7, fp32 95.4 -> 93.8. -DMYOPS_LN_SLOTS=0 takes rr_stats there too (A/B).
-// kCorrect (fp32: kSlotShift) takes the sums about k, the row's first element, loaded a row ahead, where one
-// exchange leaves no room for rr_stats' pair: the caller sums u = x - k (u rounds at the size of x - k, not of
-// |mean|); each warp's squared deviations are about its rounded center k + mean_w(u), less that rounding's share; the
-// mean is kept as k + dm, dm = mean(u), and the output takes fma(x - k, rs, -dm rs). Else k = 0. H200, N = 262144
-// fp32 forward, % of copy, two rounds: 87.1 / 87.8 -> 87.6 / 87.1.
+// kCorrect (fp32): kLazy's rows (|mu| rs > kLazyAbove) take the exact two-pass pair about mu in a second exchange:
+// dm = mean(x - mu), var = mean((x - mu)^2) - dm^2 (the warps' own means are rounded at the size of |mean| there,
+// and Chan's merge drops the cross term that rounding leaves: too large a share of the variance); the other rows keep
+// the merged moments (under -DMYOPS_LN_LAZY=0 every row takes the pair). Session 47 took sums about the row's first
+// element k instead, wrong where k lies far out in its row (the rounding of N |k - mu| in mu:
+// test_first_element_outlier). H200, N = 262144 fp32 forward, % of copy, two rounds: plain 87.1 / 87.8, about k 87.6
+// / 87.1, this 87.1 / 86.7.
 #ifndef MYOPS_LN_SLOTS
 #define MYOPS_LN_SLOTS 1
 #endif
-template <class T, int NS> constexpr bool kSlotShift = MYOPS_LN_SLOTS && NS == 8 && kCorrect<T>;
 template <class T, int NS>
 __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& v, acc_t<T> sum, rr::RowReduce& red,
                                                          int t, int tpr, rr::RowCounts c, int N, acc_t<T> inv_n,
-                                                         acc_t<T> eps, acc_t<T> k, acc_t<T>& dm) {
+                                                         acc_t<T> eps, acc_t<T>& dm) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   const int t0 = t & ~31;  // this warp's first row thread
-  const A sw = warp_sum(sum), nw = A(c.threads(t0, t0 + 32)), uw = sw * rr::recip_or_0(nw);
-  const A mw = k + uw, ew = (mw - k) - uw;  // kSlotShift: ew, mw's rounding
+  const A sw = warp_sum(sum), nw = A(c.threads(t0, t0 + 32)), mw = sw * rr::recip_or_0(nw);
   A m2 = A(0);
 #pragma unroll
   for (int s = 0; s < NS; ++s) {
@@ -355,16 +361,16 @@ __device__ __forceinline__ Pair<acc_t<T>> rr_stats_slots(const rr::Regs<T, NS>& 
     for (int e = 0; e < VEC; ++e) m2 += (a[e] - mw) * (a[e] - mw);
   }
   m2 = warp_sum(m2);
-  if constexpr (kSlotShift<T, NS>) m2 = nonneg(fmaf(-nw * ew, ew, m2));
   const Pair<A> tot = red.slot_moments(Pair<A>{sw, m2}, c, inv_n);
-  const A rs = row_rsqrt<T>(tot.b * inv_n + eps);
-  if constexpr (kSlotShift<T, NS>) {
-    dm = tot.a * inv_n;
-    return {k, rs};
-  } else {
-    dm = A(0);
-    return {tot.a * inv_n, rs};
+  const A mu = tot.a * inv_n;
+  A rs = row_rsqrt<T>(tot.b * inv_n + eps);
+  dm = A(0);
+  if (kCorrect<T> && (!kLazy || ln_lazy_needed(mu, rs))) {
+    const Pair<A> p = red(moments_about<kOther>(v, mu, t, tpr, N), rr::Sum{}, Pair<A>{A(0), A(0)});
+    dm = p.a * inv_n;
+    rs = row_rsqrt<T>(nonneg(fmaf(-dm, p.a, p.b) * inv_n) + eps);
   }
+  return {mu, rs};
 }
 // The long forward's 16-bit rows at 4 vectors per thread (MYOPS_LN_SHIFT): the statistics in one cluster exchange,
 // of the sums of u = x - K about the row's first element K (u is exact in fp32 for 16-bit x): mu = K + mean(u),
@@ -388,11 +394,11 @@ template <class T, int NS>
 __device__ __forceinline__ Pair<float> rr_stats_shift(const rr::Regs<T, NS>& v, float k, rr::RowReduce& red, int t,
                                                       int tpr, int N, float inv_n, float eps) {
   constexpr Pair<float> zero{0.f, 0.f};
-  const Pair<float> tot = red(moments_about<false>(v, k, t, tpr, N), rr::Sum{}, zero);
+  const Pair<float> tot = red(moments_about<kAt>(v, k, t, tpr, N), rr::Sum{}, zero);
   const float d = tot.a * inv_n, m2 = tot.b * inv_n, mu = k + d, var = m2 - d * d;
   if (var * 256.f >= m2) return {mu, row_rsqrt<T>(var + eps)};
   // (NaN takes this path too, and propagates)
-  const Pair<float> t2 = red(moments_about<true>(v, mu, t, tpr, N), rr::Sum{}, zero);
+  const Pair<float> t2 = red(moments_about<kFresh>(v, mu, t, tpr, N), rr::Sum{}, zero);
   const float dc = t2.a * inv_n;
   return {mu + dc, row_rsqrt<T>(t2.b * inv_n - dc * dc + eps)};
 }
@@ -487,7 +493,7 @@ __device__ __forceinline__ void rr_fwd(T* __restrict__ y, int64_t ys,        // 
         for (int e = 0; e < VEC; ++e) cs.add(s * VEC + e, v.at(s, e));
       sum = cs.total();
       st.next(x, xs, r, l.step(), M, N, l.t, tpr, sum);
-      ms = rr_stats<T, NS, FULL>(v, sum, red, l.t, tpr, N, inv_n, eps, dm);
+      ms = rr_stats<T, NS, FULL, false>(v, sum, red, l.t, tpr, N, inv_n, eps, dm);
     }
     const A mu = ms.a, rs = ms.b, nmr = ln_nmr<T>(mu, dm, rs);
     if (!live) continue;
@@ -938,7 +944,7 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
   rr::Regs<T, NS> v;  // one row per cluster, every row live; a prefetch past M reads row M - 1
   int64_t rn = rr::row_or_last(l.first(), M);
   v.load(x + rn * xs, N, l.t, tpr, zero, h);
-  constexpr bool kk = kShift<T, NS, AFF> || kSlotShift<T, NS>;
+  constexpr bool kk = kShift<T, NS, AFF>;
   A k = kk ? to_acc(x[rn * xs]) : A(0);
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rr::Regs<T, NS> vn;
@@ -952,18 +958,11 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
     } else {
       A sum = A(0);
 #pragma unroll
-      for (int s = 0; s < NS; ++s) {
-        if constexpr (kSlotShift<T, NS>) {
-          if (rr::Regs<T, NS>::col(s, l.t, tpr) >= N) break;  // (the fill would add -k)
+      for (int s = 0; s < NS; ++s)
 #pragma unroll
-          for (int e = 0; e < VEC; ++e) sum += v.at(s, e) - k;
-        } else {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
-        }
-      }
-      ms = MYOPS_LN_SLOTS && NS == 8 ? rr_stats_slots<T, NS>(v, sum, red, l.t, tpr, counts, N, inv_n, eps, k, dm)
-                                     : rr_stats<T, NS, false>(v, sum, red, l.t, tpr, N, inv_n, eps, dm);
+        for (int e = 0; e < VEC; ++e) sum += v.at(s, e);
+      ms = MYOPS_LN_SLOTS && NS == 8 ? rr_stats_slots<T, NS>(v, sum, red, l.t, tpr, counts, N, inv_n, eps, dm)
+                                     : rr_stats<T, NS, false, kLazy>(v, sum, red, l.t, tpr, N, inv_n, eps, dm);
     }
     const A mu = ms.a, rs = ms.b, nmr = ln_nmr<T>(mu, dm, rs);
     if (l.t == 0) {
@@ -1107,17 +1106,11 @@ Plan bwd_plan(int64_t M, int64_t N, int dtype, bool ws) {
 // 256 threads, [32768, 2048] (session 43): H200 98.9 / 98.8 -> 100.1 / 99.7 (compile 94.5), H100 100.1 / 100.0 ->
 // 101.0 / 100.9; not rows of 8192 at 1024 threads: H200 98.2 / 98.3 -> 93.2 / 93.1. MYOPS_LN_WIDE=0: the register
 // kernel (A/B).
-// kCorrect: the statistics about k, the row's first element, loaded beside the row (off the critical path, which
-// the row's own loads set): s = sum(x - k) (u = x - k rounds at the size of x - k, not of |mean|), su = s / N, the
-// second pass about c = k + su, whose rounding ce = (c - k) - su (exact where |k| >= |su|) leaves
-// var = mean((x - c)^2) - ce^2; the mean is kept as k + su and the output takes fma(x - k, rs, -su rs). One add per
-// element more and no wider reduction: H200 fp32 [16384, 4096] forward, % of copy, two rounds, plain two-pass 100.7 /
-// 100.5, this 100.6 / 100.8, rr_stats' pair (a sum of x - mu beside the squares) 98.7 / 98.6. The long forward at 4
-// vectors per thread (N = 65536) measured the reverse, with k loaded a row ahead: plain 91.6 / 91.5, about k 80.6 /
-// 80.9, the pair 88.9 / 88.9 (taken). -DMYOPS_LN_WIDE_K=0: the pair here (A/B).
-#ifndef MYOPS_LN_WIDE_K
-#define MYOPS_LN_WIDE_K 1
-#endif
+// kCorrect: kLazy's correction where |mu| rs > kLazyAbove, else the plain two-pass; -DMYOPS_LN_LAZY=0: the pair (a
+// sum of x - mu beside the squares, every row). H200 fp32 [16384, 4096] forward, % of copy, two rounds (session 47):
+// plain two-pass 100.7 / 100.5, the pair 98.7 / 98.6, sums about the row's first element k 100.6 / 100.8 (taken in
+// session 47, wrong: a first element far out in its row puts the rounding of N |k - mu| into mu; an fp32 row of 2048
+// whose first element is 1000 had 9x eager's error, test_first_element_outlier, session 48).
 template <int TPR>
 __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __restrict__ y, int64_t ys,  // [M, N]
                                                                       float* __restrict__ mean,          // [M]
@@ -1131,32 +1124,32 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __r
   __shared__ Pair<float> red2[32];
   const int64_t r = blockIdx.x;
   const rr::WideRowF32<TPR> row(x, xs, r, l2_hint(last));
-  constexpr bool kk = kCorrect<float> && MYOPS_LN_WIDE_K;
-  const float x0 = kk ? x[r * xs] : 0.f;  // k (loaded beside the row)
   const Vec<float, 4>&v0 = row.v[0], &v1 = row.v[1];
   float s = 0.f;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) s += kk ? (v0.v[e] - x0) + (v1.v[e] - x0) : v0.v[e] + v1.v[e];
-  const float su = block_sum(s, red) * inv_n;  // kk: mean(x - k), else mean(x)
-  const float ctr = x0 + su, ce = kk ? (ctr - x0) - su : 0.f;
+  for (int e = 0; e < 4; ++e) s += v0.v[e] + v1.v[e];
+  const float mu = block_sum(s, red) * inv_n;
   float q = 0.f, ds = 0.f;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    const float d0 = v0.v[e] - ctr, d1 = v1.v[e] - ctr;
+    const float d0 = v0.v[e] - mu, d1 = v1.v[e] - mu;
     q = fmaf(d0, d0, fmaf(d1, d1, q));
-    if constexpr (kCorrect<float> && !kk) ds += d0 + d1;
+    if constexpr (kCorrect<float> && !kLazy) ds += d0 + d1;
   }
-  float mu = ctr, dm = 0.f, rs;
-  if constexpr (kk) {
-    mu = x0;
-    dm = su;
-    rs = inv_sqrt(nonneg(fmaf(block_sum(q, red), inv_n, -ce * ce)) + eps);
-  } else if constexpr (kCorrect<float>) {
+  float dm = 0.f, rs;
+  if constexpr (kCorrect<float> && !kLazy) {
     const Pair<float> t = block_sum(Pair<float>{q, ds}, red2);
     dm = t.b * inv_n;
     rs = inv_sqrt(nonneg(fmaf(-dm, t.b, t.a) * inv_n) + eps);
   } else {
-    rs = inv_sqrt(block_sum(q, red) * inv_n + eps);
+    const float var = block_sum(q, red) * inv_n;  // about mu: the row's variance + dm^2
+    rs = inv_sqrt(var + eps);
+    if (kCorrect<float> && ln_lazy_needed(mu, rs)) {  // (uniform: one row per CTA)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds += (v0.v[e] - mu) + (v1.v[e] - mu);
+      dm = block_sum(ds, red) * inv_n;
+      rs = inv_sqrt(nonneg(fmaf(-dm, dm, var)) + eps);
+    }
   }
   const float nmr = ln_nmr<float>(mu, dm, rs);
   if (threadIdx.x == 0) {
