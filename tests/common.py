@@ -107,18 +107,18 @@ def check_gradcheck(fn: Callable, inputs: Sequence[torch.Tensor]) -> None:
     assert torch.autograd.gradcheck(fn, tuple(inputs), eps=1e-6, atol=1e-5, rtol=1e-4)
 
 
-def check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor], second_raises: bool = True) -> None:
+def check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor]) -> None:
     """torch.func takes the op as it takes PyTorch's own: grad (of a random weighting of every output) and jacrev of
     the first output, with respect to every floating input, equal eager's. A second derivative with respect to the
-    first floating input raises, naming the backward op (second_raises), or equals eager's and passes gradgradcheck
-    (a backward op with a formula of its own, a backward made of differentiable ATen ops, or one whose result does
-    not depend on that input); forward-mode AD raises (no formula) instead of dropping the tangent. vmap of the op, and of its grad (per-sample gradients), equal the op and its
-    grad run per sample, with every op and backward op taken by its vmap rule (ops/_vmap.py): PyTorch's per-sample
+    first floating input (reverse over reverse) equals eager's and passes gradgradcheck (through the backward op's
+    formula of its own, its composite, or its plain ATen ops); forward-mode AD (jvp, jacfwd, the Hessian as jacfwd
+    of jacrev) equals eager's. vmap of the op, and of its grad (per-sample gradients), equal the op and its grad run
+    per sample, with every op and backward op taken by its vmap rule (ops/_vmap.py): PyTorch's per-sample
     fallback (which only prints a warning from C++) is switched off, so that an op without a rule raises."""
     with no_vmap_fallback(), warnings.catch_warnings():
         # (torch.func's import warns of torch.jit.script's deprecation)
         warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=FutureWarning)
-        _check_func(fn, eager_fn, inputs, second_raises)
+        _check_func(fn, eager_fn, inputs)
         _check_vmap(fn, inputs)
 
 
@@ -164,7 +164,7 @@ def _check_vmap(fn: Callable, inputs: Sequence[torch.Tensor], batch: int = 3) ->
                                    stacked([torch.func.grad(total, argnums)(*s) for s in sample]))
 
 
-def _check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor], second_raises: bool) -> None:
+def _check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor]) -> None:
     argnums = tuple(i for i, t in enumerate(inputs) if t.is_floating_point())
     gen = torch.Generator().manual_seed(0)
     outs = _outputs(fn(*inputs))
@@ -191,16 +191,26 @@ def _check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor]
 
     def grad_norm(f):
         return lambda *xs: torch.func.grad(scalar(f), k)(*xs).square().sum()
-    if not second_raises:
-        torch.testing.assert_close(torch.func.grad(grad_norm(fn), k)(*inputs),
-                                   torch.func.grad(grad_norm(eager_fn), k)(*inputs))
-        # (every floating input at once: the backward op's own formula, where it has one, against finite differences)
-        torch.autograd.gradgradcheck(fn, [t.detach().requires_grad_(t.is_floating_point()) for t in inputs])
-    else:
-        with pytest.raises(RuntimeError, match="is not differentiable: a second derivative"):
-            torch.func.grad(grad_norm(fn), k)(*inputs)
-    with pytest.raises(NotImplementedError, match="forward-mode AD"):
-        torch.func.jvp(lambda x: fn(*inputs[:k], x, *inputs[k + 1:]), (inputs[k],), (torch.ones_like(inputs[k]),))
+    torch.testing.assert_close(torch.func.grad(grad_norm(fn), k)(*inputs),
+                               torch.func.grad(grad_norm(eager_fn), k)(*inputs))
+    # (every floating input at once: the backward op's own formula or composite against finite differences)
+    torch.autograd.gradgradcheck(fn, [t.detach().requires_grad_(t.is_floating_point()) for t in inputs])
+    # forward-mode AD (the op's ATen composite, csrc/ops/autograd.h): jvp in every floating input at once, jacfwd,
+    # and the Hessian as forward over reverse (jacfwd of jacrev: tangents through the backward ops' composites)
+    tangents = [torch.randn(t.shape, generator=gen, dtype=t.dtype).to(t.device)
+                for t in inputs if t.is_floating_point()]
+
+    def of_floats(f):
+        def g(*fl):
+            it = iter(fl)
+            return f(*[next(it) if t.is_floating_point() else t for t in inputs])
+        return g
+    primals = tuple(t for t in inputs if t.is_floating_point())
+    torch.testing.assert_close(torch.func.jvp(of_floats(fn), primals, tuple(tangents)),
+                               torch.func.jvp(of_floats(eager_fn), primals, tuple(tangents)))
+    torch.testing.assert_close(torch.func.jacfwd(first(fn), k)(*inputs), torch.func.jacfwd(first(eager_fn), k)(*inputs))
+    torch.testing.assert_close(torch.func.jacfwd(torch.func.jacrev(scalar(fn), k), k)(*inputs),
+                               torch.func.jacfwd(torch.func.jacrev(scalar(eager_fn), k), k)(*inputs))
 
 
 def check_opcheck(op, args: tuple, kwargs: dict | None = None) -> None:

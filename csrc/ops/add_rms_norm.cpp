@@ -4,6 +4,7 @@
 // ds = rms_norm's input gradient + grad_s, which is the gradient of both x and residual (eps: see rms_norm.cpp).
 #include "autograd.h"
 #include "common.h"
+#include "norm_ref.h"
 
 namespace {
 using FwdCpu = int (*)(myops_out_operand, myops_out_operand, void*, myops_operand, myops_operand, const void*,
@@ -136,10 +137,27 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 // residual; rstd carries no gradient. Gradients are not materialized: an unused s gets no [M, N] zeros (the kernel
 // then reads no grad_s), and with y unused the norm contributes nothing.
 namespace {
+// Forward-mode AD (autograd.h): s = x + residual in x's dtype (the op's s), y the form of norm_ref.h; rstd the op's
+// own.
+myops::Tensors add_rms_norm_composite(const myops::Args& a) {
+  const at::Tensor s = a[0].toTensor().add(a[1].toTensor()), w = myops::tensor_arg(a[2]);
+  const at::Tensor xh = myops::norm_ref(s, a[3].toDouble(), false).xh;
+  return {w.defined() ? xh.mul(myops::acc(w)) : xh, s, at::Tensor()};
+}
+// (grad_y, grad_s?, s, rstd, weight?, weight_grad, eps) -> (rms_norm's dx + grad_s, dweight where asked for)
+myops::Tensors add_rms_norm_backward_composite(const myops::Args& a) {
+  const at::Tensor &gy = a[0].toTensor(), gs = myops::tensor_arg(a[1]), w = myops::tensor_arg(a[4]);
+  const myops::NormRef n = myops::norm_ref(a[2].toTensor(), a[6].toDouble(), false);
+  const at::Tensor dx = myops::norm_ref_dx(n, gy, w, false);
+  return {gs.defined() ? dx.add(myops::acc(gs)) : dx,
+          a[5].toBool() && w.defined() ? myops::row_sum(myops::acc(gy).mul(n.xh)) : at::Tensor()};
+}
+}  // namespace
+namespace {
 const myops::OpRef add_rms_norm_backward_op("add_rms_norm_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
-  m.impl("add_rms_norm_backward", myops::backward_op_kernel());  // (a second derivative raises)
+  m.impl("add_rms_norm_backward", myops::backward_op_kernel(add_rms_norm_backward_composite));
   myops::AutogradSpec spec{myops::saving({2}, {1, 2}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                              const at::Tensor &gy = g[0], &gs = g[1];
                              if (!gy.defined()) return myops::Tensors{gs, gs};
@@ -150,5 +168,5 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                            }};
   spec.non_differentiable = {2};
   spec.materialize_grads = false;
-  m.impl("add_rms_norm", myops::autograd_kernel(std::move(spec)));
+  m.impl("add_rms_norm", myops::autograd_kernel(myops::with_composite(std::move(spec), add_rms_norm_composite)));
 }

@@ -9,7 +9,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/functions/basic_ops.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
@@ -31,17 +31,22 @@ template <class T, class... A> NodePtr make_node(A&&... a) {
   else return c10::make_intrusive<T>(std::forward<A>(a)...);
 }
 
-// The call's tensor arguments (of n on the stack from `first`): whether one wants a gradient (grad mode on). None of
-// the ops has a forward-mode formula: a tangent raises rather than being dropped.
-bool wants_grad(const c10::OperatorHandle& op, torch::jit::Stack::iterator first, torch::jit::Stack::iterator end) {
+// The call's tensor arguments (of n on the stack from `first`): whether one wants a gradient (grad mode on), and
+// whether one carries a forward-mode tangent (*tangent; null: the op has no composite, and a tangent raises rather
+// than being dropped).
+bool wants_grad(const c10::OperatorHandle& op, torch::jit::Stack::iterator first, torch::jit::Stack::iterator end,
+                bool* tangent = nullptr) {
   bool grad = false;
   const bool grad_mode = at::GradMode::is_enabled();
   for (auto it = first; it != end; ++it) {
     if (!it->isTensor()) continue;
     const at::Tensor& t = it->toTensor();
-    TORCH_CHECK_NOT_IMPLEMENTED(!torch::autograd::isFwGradDefined(t), op.schema().name(),
-                                ": forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) is not implemented; "
-                                "reverse mode (backward, torch.func.grad / vjp) is");
+    if (torch::autograd::isFwGradDefined(t)) {
+      TORCH_CHECK_NOT_IMPLEMENTED(tangent, op.schema().name(),
+                                  ": forward-mode AD (torch.func.jvp, torch.autograd.forward_ad) is not implemented; "
+                                  "reverse mode (backward, torch.func.grad / vjp) is");
+      *tangent = true;
+    }
     grad = grad || (grad_mode && t.requires_grad());
   }
   return grad;
@@ -124,16 +129,34 @@ struct OpBackward final : Node {
   }
 };
 
+// A call with a tangent (autograd.h): the op below autograd, then composite's outputs in place of its own.
+void call_composite(const Composite& composite, const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                    torch::jit::Stack* stack, torch::jit::Stack::iterator first) {
+  const std::vector<c10::IValue> args(first, stack->end());
+  call_below(op, ks, stack, false);
+  const std::vector<at::Tensor> c = composite(args);
+  auto out = outputs(op, stack);
+  for (size_t j = 0; j < c.size() && out + static_cast<std::ptrdiff_t>(j) != stack->end(); ++j) {
+    if (!c[j].defined()) continue;
+    const at::ScalarType t = out[j].toTensor().scalar_type();  // (the op's dtype: composite may compute in fp32)
+    out[j] = c[j].scalar_type() == t ? c[j] : c[j].to(t);
+  }
+}
+
 struct Kernel final : c10::OperatorKernel {
   explicit Kernel(AutogradSpec s) : spec(std::move(s)) {}
   AutogradSpec spec;
   std::once_flag named;
   std::string label;
 
+
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
-    if (!wants_grad(op, first, stack->end()))  // (as torch.library's Python kernel does without grad, in C++)
+    bool tangent = false;
+    const bool grad = wants_grad(op, first, stack->end(), spec.composite ? &tangent : nullptr);
+    if (tangent) return call_composite(spec.composite, op, ks, stack, first);
+    if (!grad)  // (as torch.library's Python kernel does without grad, in C++)
       return call_below(op, ks, stack, false);
     std::call_once(named, [&] { label = node_name(op.schema().name()); });
     const NodePtr ptr = make_node<OpBackward>();
@@ -181,31 +204,100 @@ struct Kernel final : c10::OperatorKernel {
   }
 };
 
-// A backward op's Autograd kernel: the op below autograd, its outputs (when an argument wants a gradient: a
-// gradient taken with create_graph, as torch.func.grad always takes it) tied to an Error node that raises if a second
-// derivative is asked of it. Without this kernel PyTorch's fallback warned and returned zeros there.
+// A backward op's second derivative (reverse over reverse: a gradient of a gradient taken with create_graph, as
+// torch.func.grad always takes it): the node recomputes the op's composite (its ATen form) from the saved arguments
+// under grad mode and differentiates that (a reentrant torch::autograd::grad, as activation checkpointing runs), so
+// the values stay the kernels' and the ATen form runs only when a second derivative is asked for.
+struct CompositeBackward final : Node {
+  const Composite* composite = nullptr;
+  const std::string* label = nullptr;
+  std::vector<c10::IValue> args;  // the op's non-tensor arguments by position (None where a tensor was)
+  std::vector<int> tensor_pos;
+  std::vector<SavedVariable> saved;  // the tensor arguments
+  std::vector<int> grad_out;         // the output behind each of this node's inputs
+
+  std::string name() const override { return *label; }
+  void release_variables() override {
+    for (SavedVariable& s : saved) s.reset_data();
+  }
+  variable_list apply(variable_list&& grads) override {
+    const size_t n = tensor_pos.size();
+    variable_list out(n);
+    std::vector<c10::IValue> a = args;
+    variable_list inputs;
+    std::vector<size_t> which;
+    const NodePtr self = getptr();
+    variable_list outs, gouts;
+    {
+      const at::AutoGradMode grad_mode(true);
+      for (size_t k = 0; k < n; ++k) {
+        at::Tensor t = saved[k].unpack(self);
+        if (task_should_compute_output(k)) {
+          // An alias that the composite alone uses: the engine captures its gradient without running on into the
+          // argument's history (where it would also reach another argument: x = s of add_rms_norm leads to its
+          // weight), while a gradient taken with create_graph keeps that history.
+          t = t.view_as(t);
+          inputs.push_back(t);
+          which.push_back(k);
+        }
+        a[tensor_pos[k]] = t;
+      }
+      const std::vector<at::Tensor> c = (*composite)(a);
+      for (size_t i = 0; i < grads.size(); ++i) {
+        const at::Tensor& y = c.at(grad_out[i]);
+        if (!grads[i].defined() || !y.defined() || !y.requires_grad()) continue;
+        outs.push_back(y);
+        gouts.push_back(grads[i].to(y.scalar_type()));  // (the composite may compute in fp32)
+      }
+    }
+    if (inputs.empty() || outs.empty()) return out;
+    // (with create_graph the gradients' own graph runs back through the composite's: keep it)
+    const bool create = at::GradMode::is_enabled();
+    const variable_list d = torch::autograd::grad(outs, inputs, gouts, /*retain_graph=*/create, /*create_graph=*/create,
+                                                  /*allow_unused=*/true);
+    for (size_t j = 0; j < which.size(); ++j) out[which[j]] = d[j];
+    return out;
+  }
+};
+
+// A backward op's Autograd kernel: the op below autograd; a call with a tangent takes its composite (forward-mode AD
+// through the backward: the Hessian as jacfwd of jacrev), one that wants a gradient ties its outputs to a
+// CompositeBackward node.
 struct BackwardOpKernel final : c10::OperatorKernel {
+  explicit BackwardOpKernel(Composite c) : composite(std::move(c)) {}
+  Composite composite;
   std::once_flag named;
-  std::string message;
+  std::string label;
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
-    if (!wants_grad(op, first, stack->end())) return call_below(op, ks, stack, false);
-    std::call_once(named, [&] {
-      const std::string name = op.schema().name(), suffix = "_backward";
-      const bool named_so = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(),
-                                                                        suffix) == 0;
-      message = name + " is not differentiable: a second derivative (double backward, grad of grad, "
-                "torch.func.hessian) of " + (named_so ? name.substr(0, name.size() - suffix.size()) : name) +
-                " is not implemented";
-    });
+    bool tangent = false;
+    const bool grad = wants_grad(op, first, stack->end(), &tangent);
+    if (tangent) return call_composite(composite, op, ks, stack, first);
+    if (!grad) return call_below(op, ks, stack, false);
+    std::call_once(named, [&] { label = node_name(op.schema().name()); });
+    const NodePtr ptr = make_node<CompositeBackward>();
+    auto& node = static_cast<CompositeBackward&>(*ptr);
+    node.composite = &composite;
+    node.label = &label;
+    node.args.assign(first, stack->end());
     variable_list tensors;
-    for (auto it = first; it != stack->end(); ++it)
-      if (it->isTensor()) tensors.push_back(it->toTensor());
-    const NodePtr node = make_node<torch::autograd::Error>(message, torch::autograd::collect_next_edges(tensors));
+    for (size_t i = 0; i < n; ++i) {
+      c10::IValue& v = node.args[i];
+      if (!v.isTensor()) continue;
+      tensors.push_back(v.toTensor());
+      node.tensor_pos.push_back(static_cast<int>(i));
+      node.saved.emplace_back(v.toTensor(), false);
+      v = c10::IValue();
+    }
+    node.set_next_edges(torch::autograd::collect_next_edges(tensors));
     call_below(op, ks, stack, true);
-    for (auto it = outputs(op, stack); it != stack->end(); ++it)
-      if (it->isTensor() && it->toTensor().defined()) torch::autograd::set_history(it->toTensor(), node);
+    int j = 0;
+    for (auto it = outputs(op, stack); it != stack->end(); ++it, ++j) {
+      if (!it->isTensor() || !it->toTensor().defined()) continue;
+      node.grad_out.push_back(j);
+      torch::autograd::set_history(it->toTensor(), ptr);
+    }
   }
 };
 }  // namespace
@@ -231,8 +323,8 @@ torch::CppFunction autograd_kernel(AutogradSpec spec) {
   return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(std::move(spec)));
 }
 
-torch::CppFunction backward_op_kernel() {
-  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BackwardOpKernel>());
+torch::CppFunction backward_op_kernel(Composite composite) {
+  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BackwardOpKernel>(std::move(composite)));
 }
 
 }  // namespace myops

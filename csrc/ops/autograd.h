@@ -17,6 +17,11 @@
 // ctx.saved are save's tensors, ctx.args the non-tensor arguments (a tensor argument's slot holds None), ctx.needs
 // which arguments want a gradient, ctx.sizes the tensor arguments' sizes (with keep_sizes), ctx.extra what prepare
 // returned. `non_differentiable` lists outputs that carry no gradient (statistics).
+// Forward-mode AD (torch.func.jvp, jacfwd, hessian = jacfwd(jacrev), torch.autograd.forward_ad): an op with a
+// `composite` (the op as differentiable ATen ops) takes it on a call whose argument carries a tangent. The op runs
+// below autograd first (its checks, and the outputs composite leaves undefined: statistics); composite's outputs
+// replace the others, their tangents and graph PyTorch's own formulas' (so that a second derivative, forward over
+// reverse or reverse over forward, runs through ATen). A backward op, or an op without a composite, raises.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
@@ -38,6 +43,9 @@ struct AutogradCtx {
   bool need(size_t i) const { return i < needs.size() && needs[i]; }
 };
 
+// Per output, its value as differentiable ATen ops of the op's arguments (undefined: the op's own output).
+using Composite = std::function<std::vector<at::Tensor>(const std::vector<c10::IValue>& args)>;
+
 struct AutogradSpec {
   std::function<std::vector<at::Tensor>(const std::vector<c10::IValue>& args, const std::vector<at::Tensor>& outs,
                                         const std::vector<bool>& needs)>
@@ -49,6 +57,7 @@ struct AutogradSpec {
   // Optional, on calls with grad alone: runs before the op on its arguments, which it may change, and returns what
   // backward finds in ctx.extra (cross_entropy: its target check, queued here and read in backward).
   std::function<c10::IValue(std::vector<c10::IValue>& args)> prepare = nullptr;
+  Composite composite = nullptr;  // optional: forward-mode AD (above)
 };
 
 using Tensors = std::vector<at::Tensor>;
@@ -57,6 +66,15 @@ using Args = std::vector<c10::IValue>;
 // An argument as a tensor (undefined for None); a tensor as an optional argument (None for undefined).
 inline at::Tensor tensor_arg(const c10::IValue& v) { return v.isTensor() ? v.toTensor() : at::Tensor(); }
 inline c10::IValue optional_arg(const at::Tensor& t) { return t.defined() ? c10::IValue(t) : c10::IValue(); }
+// A composite's working copy of a floating tensor: fp32 for 16-bit types (as the kernels compute), else itself.
+inline at::Tensor acc(const at::Tensor& t) {
+  return t.defined() && t.is_floating_point() && t.element_size() == 2 ? t.to(at::kFloat) : t;
+}
+// spec with composite (autograd.h's forward-mode AD).
+inline AutogradSpec with_composite(AutogradSpec spec, Composite composite) {
+  spec.composite = std::move(composite);
+  return spec;
+}
 // A save function keeping the arguments at positions `args`, then the outputs at `outs`.
 inline std::function<Tensors(const Args&, const Tensors&, const std::vector<bool>&)> saving(std::vector<int> args,
                                                                                            std::vector<int> outs) {
@@ -70,9 +88,11 @@ inline std::function<Tensors(const Args&, const Tensors&, const std::vector<bool
 
 // The boxed Autograd-key kernel for an op with formula `spec`.
 torch::CppFunction autograd_kernel(AutogradSpec spec);
-// The Autograd-key kernel of a backward op (which has no formula of its own): a second derivative through it raises
-// (`m.impl("relu_backward", myops::backward_op_kernel())` beside the op's autograd_kernel).
-torch::CppFunction backward_op_kernel();
+// The Autograd-key kernel of a backward op without a formula of its own (the norms', cross_entropy's): its
+// composite (the backward as ATen ops, the statistics recomputed from x) gives a second derivative, forward over
+// reverse (a tangent takes the composite) or reverse over reverse (the composite recomputed and differentiated when
+// the second backward runs); the op's values stay the kernels'.
+torch::CppFunction backward_op_kernel(Composite composite);
 
 // A myops op called through the dispatcher from a formula (so that fake tensors, functionalization and the device
 // kernels see it as a direct call): OpRef("relu_backward").call({grad, out}) -> its outputs.

@@ -4,6 +4,7 @@
 #include "act.h"
 #include "autograd.h"
 #include "common.h"
+#include <ATen/ops/gelu.h>
 
 namespace {
 myops::EwKernel k_fwd("bias_gelu");
@@ -46,11 +47,22 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 namespace {
 const myops::OpRef bias_gelu_backward_op("bias_gelu_backward");
 }
+// Forward-mode AD (autograd.h): ATen's gelu (tanh) of x + bias (fp32 for 16-bit types, as the kernels).
+// bias_gelu_backward: dx = grad gelu'(x + bias), dbias = dx summed to bias's shape.
+myops::Tensors bias_gelu_backward_composite(const myops::Args& a) {
+  const at::Tensor& bias = a[2].toTensor();
+  const at::Tensor z = myops::acc(a[1].toTensor()).add(myops::acc(bias));
+  const at::Tensor dx = myops::acc(a[0].toTensor()).mul(myops::act_derivatives(z, myops::Act::GeluTanh).first);
+  return {dx, dx.sum_to_size_symint(bias.sym_sizes())};
+}
+myops::Tensors bias_gelu_composite(const myops::Args& a) {
+  return {at::gelu(myops::acc(a[0].toTensor()).add(myops::acc(a[1].toTensor())), "tanh")};
+}
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // bias_gelu_backward(grad, x, bias) = (dx, dbias), dx = grad gelu'(z), z = x + bias, dbias = dx summed over rows:
   // with incoming gradients g_x, g_bias, G = g_x + g_bias (broadcast: dbias sums dx) and d/dgrad = G gelu'(z),
   // d/dx = G grad gelu''(z), d/dbias = that summed over rows.
-  m.impl("bias_gelu_backward", myops::autograd_kernel(
+  m.impl("bias_gelu_backward", myops::autograd_kernel(myops::with_composite(
                                    {myops::saving({0, 1, 2}, {}),
                                     [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                       const at::Tensor &grad = c.saved[0], &x = c.saved[1], &bias = c.saved[2];
@@ -64,9 +76,9 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                                         if (c.need(2)) out[2] = h.sum_to_size_symint(bias.sym_sizes());
                                       }
                                       return out;
-                                    }}));
-  m.impl("bias_gelu", myops::autograd_kernel({myops::saving({0, 1}, {}),
+                                    }}, bias_gelu_backward_composite)));
+  m.impl("bias_gelu", myops::autograd_kernel(myops::with_composite({myops::saving({0, 1}, {}),
                                               [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                                 return bias_gelu_backward_op.call_all({g[0], c.saved[0], c.saved[1]});
-                                              }}));
+                                              }}, bias_gelu_composite)));
 }

@@ -27,5 +27,5 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 #endif
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   m.impl("geglu_backward", myops::autograd_kernel(myops::glu_backward_autograd(myops::Act::GeluTanh)));
-  m.impl("geglu", myops::autograd_kernel(myops::glu_autograd("geglu_backward")));
+  m.impl("geglu", myops::autograd_kernel(myops::glu_autograd("geglu_backward", myops::Act::GeluTanh)));
 }

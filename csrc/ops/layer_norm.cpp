@@ -6,6 +6,7 @@
 // saved mean, falling back to the row alone where that mean is far from the row's or not finite).
 #include "autograd.h"
 #include "common.h"
+#include "norm_ref.h"
 
 namespace {
 using FwdCpu = int (*)(myops_out_operand, void*, void*, myops_operand, const void*, const void*, int64_t, int64_t,
@@ -147,10 +148,28 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 // (dx, dweight, dbias) = layer_norm_backward(grad, x, mean, rstd, weight, params wanted, eps); mean and rstd carry
 // no gradient, and an unused y none (gradients not materialized).
 namespace {
+// Forward-mode AD (autograd.h): the forms of norm_ref.h; mean and rstd the op's own.
+myops::Tensors layer_norm_composite(const myops::Args& a) {
+  const at::Tensor w = myops::tensor_arg(a[1]), b = myops::tensor_arg(a[2]);
+  at::Tensor y = myops::norm_ref(a[0].toTensor(), a[3].toDouble(), true).xh;
+  if (w.defined()) y = y.mul(myops::acc(w));
+  return {b.defined() ? y.add(myops::acc(b)) : y, at::Tensor(), at::Tensor()};
+}
+// (grad, x, mean, rstd, weight?, params_grad, eps) -> (dx, dweight, dbias where asked for)
+myops::Tensors layer_norm_backward_composite(const myops::Args& a) {
+  const at::Tensor &grad = a[0].toTensor(), w = myops::tensor_arg(a[4]);
+  const myops::NormRef n = myops::norm_ref(a[1].toTensor(), a[6].toDouble(), true);
+  const at::Tensor dx = myops::norm_ref_dx(n, grad, w, true);
+  if (!a[5].toBool()) return {dx, at::Tensor(), at::Tensor()};
+  const at::Tensor g = myops::acc(grad);
+  return {dx, myops::row_sum(g.mul(n.xh)), myops::row_sum(g)};
+}
+}  // namespace
+namespace {
 const myops::OpRef layer_norm_backward_op("layer_norm_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
-  m.impl("layer_norm_backward", myops::backward_op_kernel());  // (a second derivative raises)
+  m.impl("layer_norm_backward", myops::backward_op_kernel(layer_norm_backward_composite));
   myops::AutogradSpec spec{myops::saving({0, 1}, {1, 2}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                              if (!g[0].defined()) return myops::Tensors{};
                              const at::Tensor &x = c.saved[0], &w = c.saved[1], &mean = c.saved[2],
@@ -160,5 +179,5 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                            }};
   spec.non_differentiable = {1, 2};
   spec.materialize_grads = false;
-  m.impl("layer_norm", myops::autograd_kernel(std::move(spec)));
+  m.impl("layer_norm", myops::autograd_kernel(myops::with_composite(std::move(spec), layer_norm_composite)));
 }

@@ -25,17 +25,25 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("log_softmax_backward", &bwd);
 }
 #endif
+namespace {
+// Forward-mode AD (autograd.h): log_softmax_backward as grad - exp(y) sum(grad) in ATen (fp32 for 16-bit types).
+myops::Tensors log_softmax_backward_composite(const myops::Args& a) {
+  const at::Tensor grad = myops::acc(a[0].toTensor()), y = myops::acc(a[1].toTensor());
+  const int64_t dim = a[2].toInt();
+  return {grad.sub(y.exp().mul(grad.sum(dim, true)))};
+}
+}  // namespace
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // log_softmax_backward(grad, y) = grad - exp(y) sum(grad) over dim: d/dgrad = g - sum(g exp(y)),
   // d/dy = -g exp(y) sum(grad) (g: the incoming gradient).
   m.impl("log_softmax_backward",
-         myops::autograd_kernel({myops::saving({0, 1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+         myops::autograd_kernel(myops::with_composite({myops::saving({0, 1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                    const at::Tensor &grad = c.saved[0], &y = c.saved[1];
                                    const int64_t dim = c.args[2].toInt();
                                    const at::Tensor p = y.exp();
                                    return myops::Tensors{
                                        c.need(0) ? g[0].sub(g[0].mul(p).sum(dim, true)) : at::Tensor(),
                                        c.need(1) ? g[0].mul(p).mul(grad.sum(dim, true)).neg() : at::Tensor()};
-                                 }}));
-  m.impl("log_softmax", myops::autograd_kernel(myops::softmax_autograd("log_softmax_backward")));
+                                 }}, log_softmax_backward_composite)));
+  m.impl("log_softmax", myops::autograd_kernel(myops::softmax_autograd("log_softmax_backward", true)));
 }

@@ -5,6 +5,7 @@
 // in fp64 rather than read the rounded one.
 #include "autograd.h"
 #include "common.h"
+#include "norm_ref.h"
 
 namespace {
 using FwdCpu = int (*)(myops_out_operand, void*, myops_operand, const void*, int64_t, int64_t, double, int);
@@ -119,10 +120,24 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 // (dx, dweight) = rms_norm_backward(grad, x, rstd, weight, weight wanted, eps); rstd carries no gradient, and an
 // unused y none (gradients not materialized: no zero-filled ones).
 namespace {
+// Forward-mode AD (autograd.h): the forms of norm_ref.h; rstd the op's own.
+myops::Tensors rms_norm_composite(const myops::Args& a) {
+  const at::Tensor w = myops::tensor_arg(a[1]), xh = myops::norm_ref(a[0].toTensor(), a[2].toDouble(), false).xh;
+  return {w.defined() ? xh.mul(myops::acc(w)) : xh, at::Tensor()};
+}
+// (grad, x, rstd, weight?, weight_grad, eps) -> (dx, dweight where asked for and a weight exists)
+myops::Tensors rms_norm_backward_composite(const myops::Args& a) {
+  const at::Tensor &grad = a[0].toTensor(), w = myops::tensor_arg(a[3]);
+  const myops::NormRef n = myops::norm_ref(a[1].toTensor(), a[5].toDouble(), false);
+  return {myops::norm_ref_dx(n, grad, w, false),
+          a[4].toBool() && w.defined() ? myops::row_sum(myops::acc(grad).mul(n.xh)) : at::Tensor()};
+}
+}  // namespace
+namespace {
 const myops::OpRef rms_norm_backward_op("rms_norm_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
-  m.impl("rms_norm_backward", myops::backward_op_kernel());  // (a second derivative raises)
+  m.impl("rms_norm_backward", myops::backward_op_kernel(rms_norm_backward_composite));
   myops::AutogradSpec spec{myops::saving({0, 1}, {1}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                              if (!g[0].defined()) return myops::Tensors{};
                              const at::Tensor &x = c.saved[0], &w = c.saved[1], &rstd = c.saved[2];
@@ -131,5 +146,5 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                            }};
   spec.non_differentiable = {1};
   spec.materialize_grads = false;
-  m.impl("rms_norm", myops::autograd_kernel(std::move(spec)));
+  m.impl("rms_norm", myops::autograd_kernel(myops::with_composite(std::move(spec), rms_norm_composite)));
 }

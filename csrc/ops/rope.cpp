@@ -206,16 +206,31 @@ myops::Tensors rope_formula(const myops::AutogradCtx& c, const at::Tensor& g, co
   }
   return d;
 }
+// Forward-mode AD (autograd.h): x cos + rotate(x) sin in ATen, the tables unsqueezed over the heads dim (fp32 for
+// 16-bit types, as the kernels).
+// rope_backward: grad cos - rotate(grad sin) (rotate's transpose is -rotate).
+myops::Tensors rope_backward_composite(const myops::Args& a) {
+  const at::Tensor g = myops::acc(a[0].toTensor());
+  const int64_t head = a[3].toBool() ? -3 : -2;
+  return {g.mul(myops::acc(a[1].toTensor()).unsqueeze(head))
+              .sub(rotate(g.mul(myops::acc(a[2].toTensor()).unsqueeze(head)), a[4].toBool()))};
+}
+myops::Tensors rope_composite(const myops::Args& a) {
+  const at::Tensor x = myops::acc(a[0].toTensor());
+  const int64_t head = a[3].toBool() ? -3 : -2;
+  return {x.mul(myops::acc(a[1].toTensor()).unsqueeze(head))
+              .add(rotate(x, a[4].toBool()).mul(myops::acc(a[2].toTensor()).unsqueeze(head)))};
+}
 }  // namespace
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // rope_backward(grad) = grad cos - rotate(grad sin) (rotate^T = -rotate), whose adjoint in grad is rope itself:
   // d/dgrad = rope(g) for its incoming gradient g; d/dcos = sum(g grad), d/dsin = sum(rotate(g) grad), summed as
   // rope's own table gradients. A second derivative of rope (linear in x) comes back through these.
-  m.impl("rope_backward", myops::autograd_kernel(
+  m.impl("rope_backward", myops::autograd_kernel(myops::with_composite(
                               {myops::saving({0, 1, 2}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                  return rope_formula(c, g[0], rope_op, c.saved[1], c.saved[2], c.saved[0], true);
-                               }}));
-  m.impl("rope", myops::autograd_kernel(
+                               }}, rope_backward_composite)));
+  m.impl("rope", myops::autograd_kernel(myops::with_composite(
                      {[](const myops::Args& a, const myops::Tensors&, const std::vector<bool>& needs) {
                         const bool tables = needs[1] || needs[2];
                         return myops::Tensors{a[1].toTensor(), a[2].toTensor(),
@@ -223,5 +238,5 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                       },
                       [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                         return rope_formula(c, g[0], rope_backward_op, c.saved[0], c.saved[1], c.saved[2], false);
-                      }}));
+                      }}, rope_composite)));
 }

@@ -26,11 +26,19 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("softmax_backward", &bwd);
 }
 #endif
+namespace {
+// Forward-mode AD (autograd.h): softmax_backward as y (grad - sum(grad y)) in ATen (fp32 for 16-bit types).
+myops::Tensors softmax_backward_composite(const myops::Args& a) {
+  const at::Tensor grad = myops::acc(a[0].toTensor()), y = myops::acc(a[1].toTensor());
+  const int64_t dim = a[2].toInt();
+  return {y.mul(grad.sub(grad.mul(y).sum(dim, true)))};
+}
+}  // namespace
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // softmax_backward(grad, y) = y (grad - s), s = sum(grad y) over dim: its Jacobian in grad is symmetric, so
   // d/dgrad = softmax_backward(g, y); d/dy = g (grad - s) - grad sum(g y) (g: the incoming gradient).
   m.impl("softmax_backward",
-         myops::autograd_kernel({myops::saving({0, 1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+         myops::autograd_kernel(myops::with_composite({myops::saving({0, 1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                    const at::Tensor &grad = c.saved[0], &y = c.saved[1];
                                    const int64_t dim = c.args[2].toInt();
                                    at::Tensor dgrad, dy;
@@ -39,6 +47,6 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                                      dy = g[0].mul(grad.sub(grad.mul(y).sum(dim, true)))
                                               .sub(grad.mul(g[0].mul(y).sum(dim, true)));
                                    return myops::Tensors{dgrad, dy};
-                                 }}));
-  m.impl("softmax", myops::autograd_kernel(myops::softmax_autograd("softmax_backward")));
+                                 }}, softmax_backward_composite)));
+  m.impl("softmax", myops::autograd_kernel(myops::softmax_autograd("softmax_backward", false)));
 }

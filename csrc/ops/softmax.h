@@ -78,11 +78,17 @@ inline at::Tensor softmax_backward(SoftmaxKernels& k, const char* op, const at::
   return y_in.dim() == 0 ? dx.reshape({}) : dx.movedim(-1, d);
 }
 
-// The formula: dx = <op>_backward(grad, y, dim), from the output alone.
-inline AutogradSpec softmax_autograd(const char* backward) {
-  return {saving({}, {0}), [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
-            return Tensors{bwd.call1({g[0], c.saved[0], c.args[1]})};
-          }};
+// The formula: dx = <op>_backward(grad, y, dim), from the output alone; forward-mode AD (autograd.h): ATen's
+// softmax or (log) log_softmax, fp32 for 16-bit types.
+inline AutogradSpec softmax_autograd(const char* backward, bool log) {
+  return with_composite({saving({}, {0}), [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
+                           return Tensors{bwd.call1({g[0], c.saved[0], c.args[1]})};
+                         }},
+                        [log](const Args& a) {
+                          const at::Tensor x = acc(a[0].toTensor());
+                          const int64_t dim = a[1].toInt();
+                          return Tensors{log ? x.log_softmax(dim) : x.softmax(dim)};
+                        });
 }
 
 }  // namespace myops

@@ -143,6 +143,18 @@ TORCH_LIBRARY_IMPL(myops, CPU, m) { m.impl("sum", &sum); }
 TORCH_LIBRARY_IMPL(myops, CUDA, m) { m.impl("sum", &sum); }
 #endif
 // d sum / d x: grad with the reduced dims put back (keepdim false) and expanded to x's shape. Nothing saved.
+namespace {
+// Forward-mode AD (autograd.h): ATen's sum over the same dims (fp32 for 16-bit types, as the kernels).
+myops::Tensors sum_composite(const myops::Args& a) {
+  const at::Tensor x = myops::acc(a[0].toTensor());
+  const auto dims = a[1].toOptional<std::vector<int64_t>>();
+  const std::vector<bool> red = reduced_dims(x.dim(), dims ? at::OptionalIntArrayRef(*dims) : at::OptionalIntArrayRef());
+  std::vector<int64_t> d;
+  for (size_t i = 0; i < red.size(); ++i)
+    if (red[i]) d.push_back(static_cast<int64_t>(i));
+  return {d.empty() ? x.clone() : x.sum(d, a[2].toBool())};  // (a 0-d x: itself)
+}
+}  // namespace
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   myops::AutogradSpec spec{nullptr, [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                              const std::vector<c10::SymInt>& shape = c.sizes[0];
@@ -158,5 +170,5 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                              return myops::Tensors{grad.expand_symint(shape)};
                            }};
   spec.keep_sizes = true;
-  m.impl("sum", myops::autograd_kernel(std::move(spec)));
+  m.impl("sum", myops::autograd_kernel(myops::with_composite(std::move(spec), sum_composite)));
 }

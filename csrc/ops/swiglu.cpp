@@ -27,5 +27,5 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 #endif
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   m.impl("swiglu_backward", myops::autograd_kernel(myops::glu_backward_autograd(myops::Act::Silu)));
-  m.impl("swiglu", myops::autograd_kernel(myops::glu_autograd("swiglu_backward")));
+  m.impl("swiglu", myops::autograd_kernel(myops::glu_autograd("swiglu_backward", myops::Act::Silu)));
 }
