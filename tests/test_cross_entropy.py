@@ -132,6 +132,28 @@ def test_func(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_forward_ad_unchecked_target(device):
+    """Forward-mode AD (the op's composite) with check_target=False, as the kernels: a row whose target is outside
+    [0, C) gets NaN (loss, tangent and second derivative), the others eager's, and nothing is read out of bounds."""
+    x = make_tensor((3, 5), torch.float64, device)
+    t, ok = torch.tensor([1, 7, 2], device=device), torch.tensor([1, 0, 2], device=device)
+    tangent = make_tensor((3, 5), torch.float64, device, seed=1)
+    loss, dloss = torch.func.jvp(lambda a: ops.cross_entropy(a, t, reduction="none", check_target=False), (x,),
+                                 (tangent,))
+    want, dwant = torch.func.jvp(lambda a: F.cross_entropy(a, ok, reduction="none"), (x,), (tangent,))
+    assert torch.isnan(loss[1]) and torch.isnan(dloss[1])
+    torch.testing.assert_close(loss[[0, 2]], want[[0, 2]])
+    torch.testing.assert_close(dloss[[0, 2]], dwant[[0, 2]])
+    # (in the first row's logits: the NaN row's factor reaches every gradient through it, as the kernels' NaN does)
+    def first_loss(loss_fn, target):
+        return lambda r0: loss_fn(torch.cat([r0[None], x[1:]]), target)[0]
+    hess = torch.func.hessian(first_loss(lambda a, tt: ops.cross_entropy(a, tt, reduction="none", check_target=False),
+                                         t))(x[0])
+    want = torch.func.hessian(first_loss(lambda a, tt: F.cross_entropy(a, tt, reduction="none"), ok))(x[0])
+    torch.testing.assert_close(hess, want)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("rows", [None, 3])
 def test_vmap_samples(device, reduction, rows):

@@ -21,8 +21,6 @@
 #include "common.h"
 
 #include <ATen/TensorSubclassLikeUtils.h>
-#include <ATen/core/Reduction.h>
-#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/zeros_like.h>
 #ifdef MYOPS_WITH_CUDA
 #include <c10/cuda/CUDAGraphsC10Utils.h>
@@ -265,32 +263,45 @@ struct DeferredCheck : torch::CustomClassHolder {
 // in the forward left the GPU idle for the host's whole way from that wait through autograd to the backward's launch
 // (H100, [4096, 32000] forward+backward, % of copy: bf16 62.7 checked against 94.5 unchecked, fp32 77.5 against
 // 98.8; torch.compile 66.0 / 90.7).
-// Forward-mode AD through the backward op (autograd.h): dlogits = scale (softmax(logits) - q) in ATen, q the
-// smoothed one-hot target ((1 - s) onehot + s / C), rows of ignore_index 0, scale grad per row ("none"), grad
-// ("sum") or grad / the rows not ignored ("mean").
+// The composites (forward-mode AD and second derivatives, autograd.h) in ATen ops, fp32 for 16-bit logits: a row's
+// loss lse(x) - (1 - s) x[t] - s mean(x) (s: label_smoothing), 0 where the target is ignore_index and NaN where it
+// lies outside [0, C) (as the kernels without check_target: the index read is clamped, nothing reads out of
+// bounds); dlogits = softmax(x) - q per row, q the smoothed one-hot target ((1 - s) onehot + s / C).
+struct CeRef {
+  at::Tensor x, t, valid, f;  // acc logits [..., C]; the index read [..., 1]; not ignored, a row's factor [...]
+};
+CeRef ce_ref(const at::Tensor& logits, const at::Tensor& target, int64_t ignore_index) {
+  const at::Tensor x = myops::acc(logits);
+  const at::Tensor in = target.ge(0).logical_and(target.lt(x.size(-1))), valid = target.ne(ignore_index);
+  // f: 1, 0 where ignored, NaN where out of range (a factor: the values and their derivatives NaN there)
+  const at::Tensor f = valid.to(x.scalar_type())
+                           .masked_fill(valid.logical_and(in.logical_not()), std::numeric_limits<double>::quiet_NaN());
+  return {x, target.mul(in).unsqueeze(-1), valid, f};
+}
+// Each dlogits row's share of the incoming gradient: its own ("none"), all of it ("sum"), or that over the rows not
+// ignored ("mean").
+at::Tensor ce_scale(const at::Tensor& grad, const CeRef& c, const std::string& r) {
+  return r == "none" ? grad.unsqueeze(-1) : r == "sum" ? grad : grad.div(c.valid.sum());
+}
+myops::Tensors cross_entropy_composite(const myops::Args& a) {
+  const CeRef c = ce_ref(a[0].toTensor(), a[1].toTensor(), a[2].toInt());
+  const double s = a[3].toDouble();
+  const std::string& r = a[4].toStringRef();
+  at::Tensor row = c.x.logsumexp({-1}).sub(c.x.gather(-1, c.t).squeeze(-1).mul(1.0 - s)).sub(c.x.mean({-1}).mul(s));
+  row = row.mul(c.f);
+  return {r == "none" ? row : r == "sum" ? row.sum() : row.sum().div(c.valid.sum()), at::Tensor()};
+}
 myops::Tensors cross_entropy_backward_composite(const myops::Args& a) {
-  const at::Tensor x = myops::acc(a[1].toTensor()), &target = a[2].toTensor(), grad = myops::acc(a[0].toTensor());
-  const int64_t ignore_index = a[4].toInt();
+  const CeRef c = ce_ref(a[1].toTensor(), a[2].toTensor(), a[4].toInt());
   const double s = a[5].toDouble();
-  const std::string& r = a[6].toStringRef();
-  const at::Tensor valid = target.ne(ignore_index), t = target.mul(valid).unsqueeze(-1);
-  const at::Tensor q = at::zeros_like(x).scatter(-1, t, 1.0 - s).add(s / static_cast<double>(x.size(-1)));
-  const at::Tensor d = x.softmax(-1).sub(q).mul(valid.unsqueeze(-1));
-  const at::Tensor scale = r == "none" ? grad.unsqueeze(-1) : r == "sum" ? grad : grad.div(valid.sum());
-  return {d.mul(scale)};
+  const at::Tensor q = at::zeros_like(c.x).scatter(-1, c.t, 1.0 - s).add(s / static_cast<double>(c.x.size(-1)));
+  const at::Tensor d = c.x.softmax(-1).sub(q).mul(c.f.unsqueeze(-1));
+  return {d.mul(ce_scale(myops::acc(a[0].toTensor()), c, a[6].toStringRef()))};
 }
 
 myops::AutogradSpec cross_entropy_autograd() {
   myops::AutogradSpec spec;
-  // Forward-mode AD (autograd.h): ATen's cross_entropy (fp32 for 16-bit logits); stats the op's own (its call below
-  // autograd checked the targets).
-  spec.composite = [](const myops::Args& a) {
-    const std::string& r = a[4].toStringRef();
-    const int64_t reduction = r == "sum" ? at::Reduction::Sum : r == "none" ? at::Reduction::None : at::Reduction::Mean;
-    return myops::Tensors{at::cross_entropy_loss(myops::acc(a[0].toTensor()), a[1].toTensor(), std::nullopt,
-                                                 reduction, a[2].toInt(), a[3].toDouble()),
-                          at::Tensor()};
-  };
+  spec.composite = cross_entropy_composite;  // (stats: the op's own; its call below autograd checked the targets)
   spec.save = myops::saving({0, 1}, {1});  // logits, target, stats
   spec.non_differentiable = {1};
   spec.materialize_grads = false;
