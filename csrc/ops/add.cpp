@@ -23,7 +23,8 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) { m.impl("add", &add); }
 // Forward-mode AD (autograd.h): ATen's add.
 myops::Tensors add_composite(const myops::Args& a) { return {a[0].toTensor().add(a[1].toTensor())}; }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
-  m.impl("add", myops::autograd_kernel(myops::with_composite({nullptr, [](const myops::AutogradCtx&, const myops::Tensors& g) {
-                                          return myops::Tensors{g[0], g[0]};
-                                        }}, add_composite)));
+  m.impl("add",
+         myops::autograd_kernel(myops::with_composite(
+             {nullptr, [](const myops::AutogradCtx&, const myops::Tensors& g) { return myops::Tensors{g[0], g[0]}; }},
+             add_composite)));
 }

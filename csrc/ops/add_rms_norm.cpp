@@ -152,8 +152,6 @@ myops::Tensors add_rms_norm_backward_composite(const myops::Args& a) {
   return {gs.defined() ? dx.add(myops::acc(gs)) : dx,
           a[5].toBool() && w.defined() ? myops::row_sum(myops::acc(gy).mul(n.xh)) : at::Tensor()};
 }
-}  // namespace
-namespace {
 const myops::OpRef add_rms_norm_backward_op("add_rms_norm_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {

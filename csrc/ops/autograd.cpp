@@ -149,7 +149,6 @@ struct Kernel final : c10::OperatorKernel {
   std::once_flag named;
   std::string label;
 
-
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
     const size_t n = op.schema().arguments().size();
     const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);

@@ -21,7 +21,8 @@
 // `composite` (the op as differentiable ATen ops) takes it on a call whose argument carries a tangent. The op runs
 // below autograd first (its checks, and the outputs composite leaves undefined: statistics); composite's outputs
 // replace the others, their tangents and graph PyTorch's own formulas' (so that a second derivative, forward over
-// reverse or reverse over forward, runs through ATen). A backward op, or an op without a composite, raises.
+// reverse or reverse over forward, runs through ATen). An op without a composite raises (every myops op and backward
+// op has one).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
@@ -70,7 +71,7 @@ inline c10::IValue optional_arg(const at::Tensor& t) { return t.defined() ? c10:
 inline at::Tensor acc(const at::Tensor& t) {
   return t.defined() && t.is_floating_point() && t.element_size() == 2 ? t.to(at::kFloat) : t;
 }
-// spec with composite (autograd.h's forward-mode AD).
+// spec with its composite (forward-mode AD, above).
 inline AutogradSpec with_composite(AutogradSpec spec, Composite composite) {
   spec.composite = std::move(composite);
   return spec;

@@ -76,9 +76,12 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                                         if (c.need(2)) out[2] = h.sum_to_size_symint(bias.sym_sizes());
                                       }
                                       return out;
-                                    }}, bias_gelu_backward_composite)));
-  m.impl("bias_gelu", myops::autograd_kernel(myops::with_composite({myops::saving({0, 1}, {}),
-                                              [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                                return bias_gelu_backward_op.call_all({g[0], c.saved[0], c.saved[1]});
-                                              }}, bias_gelu_composite)));
+                                    }},
+                                   bias_gelu_backward_composite)));
+  m.impl("bias_gelu", myops::autograd_kernel(myops::with_composite(
+                          {myops::saving({0, 1}, {}),
+                           [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                             return bias_gelu_backward_op.call_all({g[0], c.saved[0], c.saved[1]});
+                           }},
+                          bias_gelu_composite)));
 }

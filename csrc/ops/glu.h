@@ -41,12 +41,12 @@ inline std::tuple<at::Tensor, at::Tensor> glu_backward(GluKernels& k, const at::
 // The formula: (dgate, dup) = <op>_backward(grad, gate, up), from the saved inputs; forward-mode AD (autograd.h):
 // act(gate) up in ATen, fp32 for 16-bit types (as the kernels).
 inline AutogradSpec glu_autograd(const char* backward, Act act) {
-  return with_composite({saving({0, 1}, {}), [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
-                           return bwd.call_all({g[0], c.saved[0], c.saved[1]});
-                         }},
-                        [act](const Args& a) {
-                          return Tensors{act_value(acc(a[0].toTensor()), act).mul(acc(a[1].toTensor()))};
-                        });
+  return with_composite(
+      {saving({0, 1}, {}),
+       [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
+         return bwd.call_all({g[0], c.saved[0], c.saved[1]});
+       }},
+      [act](const Args& a) { return Tensors{act_value(acc(a[0].toTensor()), act).mul(acc(a[1].toTensor()))}; });
 }
 
 // The backward op's formula (a second derivative of <op>): with g1, g2 the incoming gradients of its outputs
@@ -59,15 +59,16 @@ inline AutogradSpec glu_backward_autograd(Act act) {
     return Tensors{grad.mul(acc(a[2].toTensor())).mul(act_derivatives(gate, act).first),
                    grad.mul(act_value(gate, act))};
   };
-  return with_composite({saving({0, 1, 2}, {}), [act](const AutogradCtx& c, const Tensors& g) {
-            const at::Tensor &grad = c.saved[0], &gate = c.saved[1], &up = c.saved[2];
-            const auto d = act_derivatives(gate, act);
-            Tensors out(3);
-            if (c.need(0)) out[0] = g[0].mul(up).mul(d.first).add(g[1].mul(act_value(gate, act)));
-            if (c.need(1)) out[1] = grad.mul(g[0].mul(up).mul(d.second).add(g[1].mul(d.first)));
-            if (c.need(2)) out[2] = g[0].mul(grad).mul(d.first);
-            return out;
-          }},
+  return with_composite({saving({0, 1, 2}, {}),
+                         [act](const AutogradCtx& c, const Tensors& g) {
+                           const at::Tensor &grad = c.saved[0], &gate = c.saved[1], &up = c.saved[2];
+                           const auto d = act_derivatives(gate, act);
+                           Tensors out(3);
+                           if (c.need(0)) out[0] = g[0].mul(up).mul(d.first).add(g[1].mul(act_value(gate, act)));
+                           if (c.need(1)) out[1] = grad.mul(g[0].mul(up).mul(d.second).add(g[1].mul(d.first)));
+                           if (c.need(2)) out[2] = g[0].mul(grad).mul(d.first);
+                           return out;
+                         }},
                         composite);
 }
 

@@ -164,8 +164,6 @@ myops::Tensors layer_norm_backward_composite(const myops::Args& a) {
   const at::Tensor g = myops::acc(grad);
   return {dx, myops::row_sum(g.mul(n.xh)), myops::row_sum(g)};
 }
-}  // namespace
-namespace {
 const myops::OpRef layer_norm_backward_op("layer_norm_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {

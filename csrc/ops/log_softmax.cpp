@@ -36,14 +36,16 @@ myops::Tensors log_softmax_backward_composite(const myops::Args& a) {
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // log_softmax_backward(grad, y) = grad - exp(y) sum(grad) over dim: d/dgrad = g - sum(g exp(y)),
   // d/dy = -g exp(y) sum(grad) (g: the incoming gradient).
-  m.impl("log_softmax_backward",
-         myops::autograd_kernel(myops::with_composite({myops::saving({0, 1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                   const at::Tensor &grad = c.saved[0], &y = c.saved[1];
-                                   const int64_t dim = c.args[2].toInt();
-                                   const at::Tensor p = y.exp();
-                                   return myops::Tensors{
-                                       c.need(0) ? g[0].sub(g[0].mul(p).sum(dim, true)) : at::Tensor(),
-                                       c.need(1) ? g[0].mul(p).mul(grad.sum(dim, true)).neg() : at::Tensor()};
-                                 }}, log_softmax_backward_composite)));
+  m.impl("log_softmax_backward", myops::autograd_kernel(myops::with_composite(
+                                     {myops::saving({0, 1}, {}),
+                                      [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                        const at::Tensor &grad = c.saved[0], &y = c.saved[1];
+                                        const int64_t dim = c.args[2].toInt();
+                                        const at::Tensor p = y.exp();
+                                        return myops::Tensors{
+                                            c.need(0) ? g[0].sub(g[0].mul(p).sum(dim, true)) : at::Tensor(),
+                                            c.need(1) ? g[0].mul(p).mul(grad.sum(dim, true)).neg() : at::Tensor()};
+                                      }},
+                                     log_softmax_backward_composite)));
   m.impl("log_softmax", myops::autograd_kernel(myops::softmax_autograd("log_softmax_backward", true)));
 }

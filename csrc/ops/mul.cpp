@@ -55,13 +55,15 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // mul_backward(grad, a, b) = (grad b, grad a), bilinear: d/dgrad = g_a b + g_b a, d/da = g_b grad,
   // d/db = g_a grad (the incoming gradients g_a, g_b of its two outputs), through mul (differentiable again).
   m.impl("mul_backward", myops::autograd_kernel(myops::with_composite(
-                             {myops::saving({0, 1, 2}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                             {myops::saving({0, 1, 2}, {}),
+                              [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                 const at::Tensor &grad = c.saved[0], &a = c.saved[1], &b = c.saved[2];
                                 at::Tensor dgrad;
                                 if (c.need(0)) dgrad = mul_op.call1({g[0], b}).add(mul_op.call1({g[1], a}));
                                 return myops::Tensors{dgrad, c.need(1) ? mul_op.call1({g[1], grad}) : at::Tensor(),
                                                       c.need(2) ? mul_op.call1({g[0], grad}) : at::Tensor()};
-                              }}, mul_backward_composite)));
+                              }},
+                             mul_backward_composite)));
   m.impl("mul", myops::autograd_kernel(myops::with_composite(
                     {[](const myops::Args& a, const myops::Tensors&, const std::vector<bool>& needs) {
                        return myops::Tensors{needs[1] ? a[0].toTensor() : at::Tensor(),
@@ -74,5 +76,6 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                        }
                        return myops::Tensors{c.need(0) ? mul_op.call1({g[0], b}) : at::Tensor(),
                                              c.need(1) ? mul_op.call1({g[0], a}) : at::Tensor()};
-                     }}, mul_composite)));
+                     }},
+                    mul_composite)));
 }

@@ -1,6 +1,7 @@
 // norm_ref.h: the norms in ATen ops of the input (differentiable, with PyTorch's forward-mode formulas), for the
-// composites of forward-mode AD (autograd.h). The statistics come from x itself, not from a saved mean or rstd, so
-// that their tangents and second derivatives are part of the result. fp32 for 16-bit types (myops::acc).
+// composites of the norms and their backward ops (forward-mode AD and second derivatives, autograd.h). The statistics
+// come from x itself, not from a saved mean or rstd, so that their tangents and second derivatives are part of the
+// result. fp32 for 16-bit types (myops::acc).
 //   rms:  xh = x rsqrt(mean(x^2) + eps),           y = xh w,      dx = rs (gw - xh mean(gw xh))
 //   ln:   xh = (x - mean(x)) rsqrt(var(x) + eps),  y = xh w + b,  dx = rs (gw - mean(gw) - xh mean(gw xh))
 // with gw = grad w (grad where there is no weight); dw = sum of grad xh and db = sum of grad over all but the last dim.

@@ -41,20 +41,22 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 // d relu / d x = relu_backward(grad, out), from the output alone.
 // Forward-mode AD (autograd.h): ATen's relu; relu_backward as grad masked where out > 0.
 myops::Tensors relu_composite(const myops::Args& a) { return {a[0].toTensor().relu()}; }
-myops::Tensors relu_backward_composite(const myops::Args& a) {
-  return {a[0].toTensor().mul(a[1].toTensor().gt(0))};
-}
+myops::Tensors relu_backward_composite(const myops::Args& a) { return {a[0].toTensor().mul(a[1].toTensor().gt(0))}; }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // relu_backward is linear in grad (the same mask on the incoming gradient) and piecewise constant in out: no
   // gradient for out (as aten's threshold_backward). A second derivative of relu is thus 0 where it is defined.
-  m.impl("relu_backward",
-         myops::autograd_kernel(myops::with_composite({myops::saving({1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                   return myops::Tensors{
-                                       c.need(0) ? relu_backward_op.call1({g[0], c.saved[0]}) : at::Tensor(),
-                                       at::Tensor()};
-                                 }}, relu_backward_composite)));
-  m.impl("relu",
-         myops::autograd_kernel(myops::with_composite({myops::saving({}, {0}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                   return myops::Tensors{relu_backward_op.call1({g[0], c.saved[0]})};
-                                 }}, relu_composite)));
+  m.impl("relu_backward", myops::autograd_kernel(myops::with_composite(
+                              {myops::saving({1}, {}),
+                               [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                 return myops::Tensors{
+                                     c.need(0) ? relu_backward_op.call1({g[0], c.saved[0]}) : at::Tensor(),
+                                     at::Tensor()};
+                               }},
+                              relu_backward_composite)));
+  m.impl("relu", myops::autograd_kernel(
+                     myops::with_composite({myops::saving({}, {0}),
+                                            [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                              return myops::Tensors{relu_backward_op.call1({g[0], c.saved[0]})};
+                                            }},
+                                           relu_composite)));
 }

@@ -132,8 +132,6 @@ myops::Tensors rms_norm_backward_composite(const myops::Args& a) {
   return {myops::norm_ref_dx(n, grad, w, false),
           a[4].toBool() && w.defined() ? myops::row_sum(myops::acc(grad).mul(n.xh)) : at::Tensor()};
 }
-}  // namespace
-namespace {
 const myops::OpRef rms_norm_backward_op("rms_norm_backward");
 }
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {

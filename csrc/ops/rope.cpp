@@ -206,20 +206,19 @@ myops::Tensors rope_formula(const myops::AutogradCtx& c, const at::Tensor& g, co
   }
   return d;
 }
-// Forward-mode AD (autograd.h): x cos + rotate(x) sin in ATen, the tables unsqueezed over the heads dim (fp32 for
-// 16-bit types, as the kernels).
-// rope_backward: grad cos - rotate(grad sin) (rotate's transpose is -rotate).
+// Forward-mode AD (autograd.h), in ATen (fp32 for 16-bit types, as the kernels) with the tables unsqueezed over the
+// heads dim: rope = x cos + rotate(x) sin; rope_backward = grad cos - rotate(grad sin) (rotate's transpose is
+// -rotate).
+at::Tensor rope_table(const myops::Args& a, int i) {
+  return myops::acc(a[i].toTensor()).unsqueeze(a[3].toBool() ? -3 : -2);
+}
 myops::Tensors rope_backward_composite(const myops::Args& a) {
   const at::Tensor g = myops::acc(a[0].toTensor());
-  const int64_t head = a[3].toBool() ? -3 : -2;
-  return {g.mul(myops::acc(a[1].toTensor()).unsqueeze(head))
-              .sub(rotate(g.mul(myops::acc(a[2].toTensor()).unsqueeze(head)), a[4].toBool()))};
+  return {g.mul(rope_table(a, 1)).sub(rotate(g.mul(rope_table(a, 2)), a[4].toBool()))};
 }
 myops::Tensors rope_composite(const myops::Args& a) {
   const at::Tensor x = myops::acc(a[0].toTensor());
-  const int64_t head = a[3].toBool() ? -3 : -2;
-  return {x.mul(myops::acc(a[1].toTensor()).unsqueeze(head))
-              .add(rotate(x, a[4].toBool()).mul(myops::acc(a[2].toTensor()).unsqueeze(head)))};
+  return {x.mul(rope_table(a, 1)).add(rotate(x, a[4].toBool()).mul(rope_table(a, 2)))};
 }
 }  // namespace
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
@@ -227,9 +226,11 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // d/dgrad = rope(g) for its incoming gradient g; d/dcos = sum(g grad), d/dsin = sum(rotate(g) grad), summed as
   // rope's own table gradients. A second derivative of rope (linear in x) comes back through these.
   m.impl("rope_backward", myops::autograd_kernel(myops::with_composite(
-                              {myops::saving({0, 1, 2}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                              {myops::saving({0, 1, 2}, {}),
+                               [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                  return rope_formula(c, g[0], rope_op, c.saved[1], c.saved[2], c.saved[0], true);
-                               }}, rope_backward_composite)));
+                               }},
+                              rope_backward_composite)));
   m.impl("rope", myops::autograd_kernel(myops::with_composite(
                      {[](const myops::Args& a, const myops::Tensors&, const std::vector<bool>& needs) {
                         const bool tables = needs[1] || needs[2];
@@ -238,5 +239,6 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                       },
                       [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                         return rope_formula(c, g[0], rope_backward_op, c.saved[0], c.saved[1], c.saved[2], false);
-                      }}, rope_composite)));
+                      }},
+                     rope_composite)));
 }

@@ -58,15 +58,19 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // scale_bias_relu_backward is linear in grad and piecewise constant in out (no gradient for it): with incoming
   // gradients g_x [..., N] and g_bias [N], d/dgrad = (g_x scale + g_bias) where out > 0 (relu_backward's mask).
   m.impl("scale_bias_relu_backward",
-         myops::autograd_kernel(myops::with_composite({myops::saving({1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                   at::Tensor dgrad;
-                                   if (c.need(0))
-                                     dgrad = relu_backward_op.call1({g[0].mul(c.args[2].toDouble()).add(g[1]),
-                                                                     c.saved[0]});
-                                   return myops::Tensors{dgrad, at::Tensor(), at::Tensor()};
-                                 }}, scale_bias_relu_backward_composite)));
-  m.impl("scale_bias_relu",
-         myops::autograd_kernel(myops::with_composite({myops::saving({}, {0}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+         myops::autograd_kernel(myops::with_composite({myops::saving({1}, {}),
+                                                       [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                                                         at::Tensor dgrad;
+                                                         if (c.need(0))
+                                                           dgrad = relu_backward_op.call1(
+                                                               {g[0].mul(c.args[2].toDouble()).add(g[1]), c.saved[0]});
+                                                         return myops::Tensors{dgrad, at::Tensor(), at::Tensor()};
+                                                       }},
+                                                      scale_bias_relu_backward_composite)));
+  m.impl("scale_bias_relu", myops::autograd_kernel(myops::with_composite(
+                                {myops::saving({}, {0}),
+                                 [](const myops::AutogradCtx& c, const myops::Tensors& g) {
                                    return scale_bias_relu_backward_op.call_all({g[0], c.saved[0], c.args[2]});
-                                 }}, scale_bias_relu_composite)));
+                                 }},
+                                scale_bias_relu_composite)));
 }

@@ -38,15 +38,17 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   // softmax_backward(grad, y) = y (grad - s), s = sum(grad y) over dim: its Jacobian in grad is symmetric, so
   // d/dgrad = softmax_backward(g, y); d/dy = g (grad - s) - grad sum(g y) (g: the incoming gradient).
   m.impl("softmax_backward",
-         myops::autograd_kernel(myops::with_composite({myops::saving({0, 1}, {}), [](const myops::AutogradCtx& c, const myops::Tensors& g) {
-                                   const at::Tensor &grad = c.saved[0], &y = c.saved[1];
-                                   const int64_t dim = c.args[2].toInt();
-                                   at::Tensor dgrad, dy;
-                                   if (c.need(0)) dgrad = softmax_backward_op.call1({g[0], y, dim});
-                                   if (c.need(1))
-                                     dy = g[0].mul(grad.sub(grad.mul(y).sum(dim, true)))
-                                              .sub(grad.mul(g[0].mul(y).sum(dim, true)));
-                                   return myops::Tensors{dgrad, dy};
-                                 }}, softmax_backward_composite)));
+         myops::autograd_kernel(myops::with_composite(
+             {myops::saving({0, 1}, {}),
+              [](const myops::AutogradCtx& c, const myops::Tensors& g) {
+                const at::Tensor &grad = c.saved[0], &y = c.saved[1];
+                const int64_t dim = c.args[2].toInt();
+                at::Tensor dgrad, dy;
+                if (c.need(0)) dgrad = softmax_backward_op.call1({g[0], y, dim});
+                if (c.need(1))
+                  dy = g[0].mul(grad.sub(grad.mul(y).sum(dim, true))).sub(grad.mul(g[0].mul(y).sum(dim, true)));
+                return myops::Tensors{dgrad, dy};
+              }},
+             softmax_backward_composite)));
   m.impl("softmax", myops::autograd_kernel(myops::softmax_autograd("softmax_backward", false)));
 }

@@ -81,7 +81,8 @@ inline at::Tensor softmax_backward(SoftmaxKernels& k, const char* op, const at::
 // The formula: dx = <op>_backward(grad, y, dim), from the output alone; forward-mode AD (autograd.h): ATen's
 // softmax or (log) log_softmax, fp32 for 16-bit types.
 inline AutogradSpec softmax_autograd(const char* backward, bool log) {
-  return with_composite({saving({}, {0}), [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
+  return with_composite({saving({}, {0}),
+                         [bwd = OpRef(backward)](const AutogradCtx& c, const Tensors& g) {
                            return Tensors{bwd.call1({g[0], c.saved[0], c.args[1]})};
                          }},
                         [log](const Args& a) {

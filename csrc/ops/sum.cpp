@@ -148,7 +148,8 @@ namespace {
 myops::Tensors sum_composite(const myops::Args& a) {
   const at::Tensor x = myops::acc(a[0].toTensor());
   const auto dims = a[1].toOptional<std::vector<int64_t>>();
-  const std::vector<bool> red = reduced_dims(x.dim(), dims ? at::OptionalIntArrayRef(*dims) : at::OptionalIntArrayRef());
+  const std::vector<bool> red =
+      reduced_dims(x.dim(), dims ? at::OptionalIntArrayRef(*dims) : at::OptionalIntArrayRef());
   std::vector<int64_t> d;
   for (size_t i = 0; i < red.size(); ++i)
     if (red[i]) d.push_back(static_cast<int64_t>(i));
@@ -161,9 +162,9 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                              at::Tensor grad = g[0];
                              if (!c.args[2].toBool()) {
                                const auto dims = c.args[1].toOptional<std::vector<int64_t>>();
-                               const std::vector<bool> red = reduced_dims(
-                                   static_cast<int64_t>(shape.size()),
-                                   dims ? at::OptionalIntArrayRef(*dims) : at::OptionalIntArrayRef());
+                               const std::vector<bool> red =
+                                   reduced_dims(static_cast<int64_t>(shape.size()),
+                                                dims ? at::OptionalIntArrayRef(*dims) : at::OptionalIntArrayRef());
                                for (size_t d = 0; d < red.size(); ++d)
                                  if (red[d]) grad = grad.unsqueeze(static_cast<int64_t>(d));
                              }
