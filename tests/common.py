@@ -209,6 +209,17 @@ def _check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor]
     torch.testing.assert_close(torch.func.jvp(of_floats(fn), primals, tuple(tangents)),
                                torch.func.jvp(of_floats(eager_fn), primals, tuple(tangents)))
     torch.testing.assert_close(torch.func.jacfwd(first(fn), k)(*inputs), torch.func.jacfwd(first(eager_fn), k)(*inputs))
+    # bf16 primals and tangents: the composite computes in fp32 and returns the op's dtype (against float64 eager on
+    # the same rounded values, within a few bf16 roundings)
+    low = tuple(t.to(torch.bfloat16) for t in primals)
+    got = torch.utils._pytree.tree_leaves(torch.func.jvp(of_floats(fn), low,
+                                                         tuple(t.to(torch.bfloat16) for t in tangents)))
+    want = torch.utils._pytree.tree_leaves(torch.func.jvp(of_floats(eager_fn), tuple(t.double() for t in low),
+                                                          tuple(t.to(torch.bfloat16).double() for t in tangents)))
+    assert len(got) == len(want) >= 2
+    for g, w in zip(got, want):
+        assert g.dtype == (torch.bfloat16 if w.is_floating_point() else w.dtype), (g.dtype, w.dtype)
+        torch.testing.assert_close(g.double(), w, rtol=2e-2, atol=2e-2 * max(1.0, w.abs().max().item()))
     torch.testing.assert_close(torch.func.jacfwd(torch.func.jacrev(scalar(fn), k), k)(*inputs),
                                torch.func.jacfwd(torch.func.jacrev(scalar(eager_fn), k), k)(*inputs))
 
