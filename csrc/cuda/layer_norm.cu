@@ -944,13 +944,12 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
   rr::Regs<T, NS> v;  // one row per cluster, every row live; a prefetch past M reads row M - 1
   int64_t rn = rr::row_or_last(l.first(), M);
   v.load(x + rn * xs, N, l.t, tpr, zero, h);
-  constexpr bool kk = kShift<T, NS, AFF>;
-  A k = kk ? to_acc(x[rn * xs]) : A(0);
+  A k = kShift<T, NS, AFF> ? to_acc(x[rn * xs]) : A(0);
   for (int64_t r = l.first(); r < M; r += l.step()) {
     rr::Regs<T, NS> vn;
     rn = rr::row_or_last(r + l.step(), M);
     vn.load(x + rn * xs, N, l.t, tpr, zero, h);
-    const A kn = kk ? to_acc(x[rn * xs]) : A(0);
+    const A kn = kShift<T, NS, AFF> ? to_acc(x[rn * xs]) : A(0);
     Pair<A> ms;
     A dm = A(0);
     if constexpr (kShift<T, NS, AFF>) {

@@ -129,6 +129,19 @@ struct OpBackward final : Node {
   }
 };
 
+// A node's view of the call's arguments: each tensor in args replaced by None and its position added to tensor_pos;
+// returns the tensors (the node's next edges, in that order).
+variable_list take_tensor_args(std::vector<c10::IValue>& args, std::vector<int>& tensor_pos) {
+  variable_list tensors;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].isTensor()) continue;  // (a None optional tensor stays None: not an edge, no gradient)
+    tensor_pos.push_back(static_cast<int>(i));
+    tensors.push_back(args[i].toTensor());
+    args[i] = c10::IValue();
+  }
+  return tensors;
+}
+
 // A call with a tangent (autograd.h): the op below autograd, then composite's outputs in place of its own.
 void call_composite(const Composite& composite, const c10::OperatorHandle& op, c10::DispatchKeySet ks,
                     torch::jit::Stack* stack, torch::jit::Stack::iterator first) {
@@ -167,19 +180,14 @@ struct Kernel final : c10::OperatorKernel {
       node.extra = spec.prepare(args);
       std::copy(args.begin(), args.end(), first);
     }
-    node.args = args;
-    variable_list tensors;
+    node.args = args;  // (backward keeps only what save returns)
+    const variable_list tensors = take_tensor_args(node.args, node.tensor_pos);
     std::vector<bool> needs(n, false);
     if (spec.keep_sizes) node.sizes.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      c10::IValue& a = node.args[i];
-      if (!a.isTensor()) continue;  // (a None optional tensor stays None: not an edge, no gradient)
-      const at::Tensor& t = args[i].toTensor();
-      node.tensor_pos.push_back(static_cast<int>(i));
-      needs[i] = t.requires_grad();
-      if (spec.keep_sizes) node.sizes[i] = t.sym_sizes().vec();
-      tensors.push_back(t);
-      a = c10::IValue();  // (backward keeps only what save returns)
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      const int i = node.tensor_pos[k];
+      needs[i] = tensors[k].requires_grad();
+      if (spec.keep_sizes) node.sizes[i] = tensors[k].sym_sizes().vec();
     }
     node.set_next_edges(torch::autograd::collect_next_edges(tensors));
     call_below(op, ks, stack, true);
@@ -280,15 +288,8 @@ struct BackwardOpKernel final : c10::OperatorKernel {
     node.composite = &composite;
     node.label = &label;
     node.args.assign(first, stack->end());
-    variable_list tensors;
-    for (size_t i = 0; i < n; ++i) {
-      c10::IValue& v = node.args[i];
-      if (!v.isTensor()) continue;
-      tensors.push_back(v.toTensor());
-      node.tensor_pos.push_back(static_cast<int>(i));
-      node.saved.emplace_back(v.toTensor(), false);
-      v = c10::IValue();
-    }
+    const variable_list tensors = take_tensor_args(node.args, node.tensor_pos);
+    for (const at::Tensor& t : tensors) node.saved.emplace_back(t, false);
     node.set_next_edges(torch::autograd::collect_next_edges(tensors));
     call_below(op, ks, stack, true);
     int j = 0;
