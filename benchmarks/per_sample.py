@@ -1,6 +1,6 @@
-"""Per-sample gradients, vmap(grad(loss)), through the ops' vmap rules (ops/_vmap.py: one call over the batch) against
-the same loss made of PyTorch's ops under vmap (their own batching rules) and against a Python loop of grad over the
-samples (what PyTorch's fallback does for an op without a rule). Median time per call in milliseconds (CUDA events
+"""Per-sample gradients, vmap(grad(loss)), through the ops' vmap rules (C++, csrc/ops/batching.h: one call over the
+batch) against the same loss made of PyTorch's ops under vmap (their own batching rules) and against a Python loop
+of grad over the samples (what PyTorch's fallback does for an op without a rule). Median time per call in milliseconds (CUDA events
 on a GPU, perf_counter on the CPU); the ratios: the loop's time over myops' vmap, PyTorch's vmap over myops' vmap.
 
     PYTHONPATH=. python benchmarks/per_sample.py [--device cuda] [--dtype bf16] [--batch 32] [--rows 256]

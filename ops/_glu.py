@@ -4,12 +4,10 @@ from collections.abc import Callable
 
 import torch
 
-from . import _vmap
-
 
 def define(name: str, act: str) -> tuple[Callable, Callable]:
-    """Registers the fake implementations, autograd and vmap rules of myops::<name>(gate, up) = act(gate) * up and
-    returns the Python functions (<name>, <name>_backward)."""
+    """Registers the fake implementations of myops::<name>(gate, up) = act(gate) * up and returns the Python
+    functions (<name>, <name>_backward)."""
     op = getattr(torch.ops.myops, name).default
     backward = getattr(torch.ops.myops, f"{name}_backward").default
 
@@ -34,7 +32,5 @@ def define(name: str, act: str) -> tuple[Callable, Callable]:
     torch.library.register_fake(f"myops::{name}")(fake)
     torch.library.register_fake(f"myops::{name}_backward")(
         lambda grad, gate, up: (gate.new_empty(gate.shape), gate.new_empty(gate.shape)))
-    _vmap.register_fold(name, rows=(0, 1))
-    _vmap.register_fold(f"{name}_backward", rows=(0, 1, 2))
 
     return fn, fn_backward

@@ -6,7 +6,6 @@ torch.ops.myops.add_rms_norm returns (y, s, rstd); ops.add_rms_norm returns (y, 
 
 import torch
 
-from . import _vmap
 from .rms_norm import check_weight, stat_dtype
 
 OP = torch.ops.myops.add_rms_norm.default
@@ -32,18 +31,3 @@ def _(x, residual, weight=None, eps=1e-6):
 def _(grad_y, grad_s, s, rstd, weight, weight_grad, eps):
     dw = s.new_empty((s.shape[-1],) if weight is not None and weight_grad else (0,))
     return s.new_empty(s.shape), dw
-
-
-_vmap.register_fold("add_rms_norm", rows=(0, 1), params=(2,))
-
-
-def _weight_grad(a, dx):
-    """Per sample: the sum over its rows of grad_y * s * rstd (a: grad_y, grad_s, s, rstd, weight, ...; none without
-    a weight)."""
-    grad_y, _, s, rstd, weight = a[:5]
-    if weight is None:
-        return (s.new_empty((s.shape[0], 0)),)
-    return (_vmap.row_sum(_vmap.acc(grad_y) * _vmap.acc(s) * rstd.unsqueeze(-1), s.dtype),)
-
-
-_vmap.register_row_sums("add_rms_norm_backward", rows=(0, 1, 2, 3), sums=_weight_grad, params=(4,), flag=5)

@@ -2,7 +2,6 @@
 
 import torch
 
-from . import _vmap
 
 OP = torch.ops.myops.bias_gelu.default
 BACKWARD = torch.ops.myops.bias_gelu_backward.default
@@ -35,11 +34,3 @@ def _(x, bias):
 def _(grad, x, bias):
     _check_bias("bias_gelu_backward", x, bias)
     return grad.new_empty(grad.shape), grad.new_empty(grad.shape[-1:])
-
-
-_vmap.register_fold("bias_gelu", rows=(0,), params=(1,))
-
-
-# (grad_bias per sample: the sum of that sample's grad_x, d/d bias being d/dx)
-_vmap.register_row_sums("bias_gelu_backward", rows=(0, 1), sums=lambda a, dx: (_vmap.row_sum(dx, dx.dtype),),
-                        params=(2,))

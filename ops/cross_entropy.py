@@ -18,7 +18,6 @@ loss.
 
 import torch
 
-from . import _vmap
 from .rms_norm import stat_dtype
 
 OP = torch.ops.myops.cross_entropy.default
@@ -57,68 +56,3 @@ def _(grad, logits, target, stats, ignore_index, label_smoothing, reduction):
 
 # Autograd: in C++ (csrc/ops/cross_entropy.cpp, CrossEntropyFunction), where its host time is a fraction of a
 # Python autograd.Function's, and where the forward hands its target check to backward (see the docstring).
-
-
-BACKWARD = torch.ops.myops.cross_entropy_backward.default
-
-
-def _folds(logits, bdim, reduction) -> bool:
-    """Whether vmap's rules take the batch's rows in one call (else the op per sample raises its own error)."""
-    return reduction in REDUCTIONS and logits.dim() - (bdim is not None) in (1, 2) and logits.shape[-1] > 0
-
-
-def _row_losses(logits, target, loss, stats, ignore_index):
-    """The rows' losses (no label smoothing) in fp32 (fp64 for fp64) from stats: max + log-sum-exp - x[target], 0
-    where the target is ignore_index, NaN where "none" gave NaN (a target out of range, unchecked)."""
-    x = logits.reshape(-1, logits.shape[-1])
-    t = target.reshape(-1)
-    st = stats.reshape(-1, 2)
-    xt = x.gather(1, t.clamp(0, max(x.shape[1] - 1, 0)).unsqueeze(1)).squeeze(1).to(st.dtype)
-    rows = torch.where(t == ignore_index, 0.0, st[:, 0] + st[:, 1] - xt)
-    return torch.where(loss.isnan(), float("nan"), rows)
-
-
-@torch.library.register_vmap("myops::cross_entropy")
-def _(info, in_dims, logits, target, ignore_index=-100, label_smoothing=0.0, reduction="mean", check_target=True):
-    """The batch's rows in one call with reduction "none", then each sample's sum of its rows' losses in fp32 (its
-    "mean" over the rows whose target is not ignore_index: NaN where none is, 0 / 0 as F.cross_entropy's). The rows'
-    losses are taken unrounded from stats, max + log-sum-exp - x[target] (only label smoothing takes the "none"
-    output, rounded to the logits' dtype: 16-bit logits then round each row's loss before the sum, where the op
-    called per sample rounds the sample's loss alone)."""
-    if not _folds(logits, in_dims[0], reduction):
-        return _vmap.loop(lambda lg, t: OP(lg, t, ignore_index, label_smoothing, reduction, check_target), info,
-                          in_dims[:2], (logits, target))
-    b = info.batch_size
-    lg, t = _vmap.front(logits, in_dims[0], b), _vmap.front(target, in_dims[1], b)
-    m = lg.shape[1] if lg.dim() == 3 else 1  # a sample's rows
-    loss, stats = OP(lg.reshape(-1, lg.shape[-1]), t.reshape(-1), ignore_index, label_smoothing, "none",
-                     check_target)
-    if reduction == "none":
-        loss = loss.view(t.shape)
-    else:
-        rows = _row_losses(lg, t, loss, stats, ignore_index) if label_smoothing == 0 else _vmap.acc(loss)
-        total = rows.view(b, m).sum(1)
-        if reduction == "mean":
-            total = total / (t.reshape(b, m) != ignore_index).sum(1)
-        loss = total.to(loss.dtype)
-    return (loss, stats.view(*t.shape, 2)), (0, 0)
-
-
-@torch.library.register_vmap("myops::cross_entropy_backward")
-def _(info, in_dims, grad, logits, target, stats, ignore_index, label_smoothing, reduction):
-    """As the forward's rule: one call with reduction "none", each row's gradient factor its sample's (divided by the
-    sample's count of rows whose target is not ignore_index for "mean"; its ignored rows get 0 whatever the factor)."""
-    args = (grad, logits, target, stats, ignore_index, label_smoothing, reduction)
-    if not _folds(logits, in_dims[1], reduction):
-        return _vmap.loop(BACKWARD, info, in_dims, args)
-    b = info.batch_size
-    g, lg, t, st = (_vmap.front(x, d, b) for x, d in zip(args[:4], in_dims))
-    m = lg.shape[1] if lg.dim() == 3 else 1
-    if reduction != "none":
-        g = _vmap.acc(g)
-        if reduction == "mean":
-            g = g / (t.reshape(b, m) != ignore_index).sum(1)
-        g = g.unsqueeze(1).expand(b, m)
-    dl = BACKWARD(g.reshape(-1), lg.reshape(-1, lg.shape[-1]), t.reshape(-1), st.reshape(-1, 2), ignore_index,
-                  label_smoothing, "none")
-    return dl.view(lg.shape), 0

@@ -6,7 +6,6 @@ torch.ops.myops.layer_norm returns (y, mean, rstd) like aten.native_layer_norm; 
 
 import torch
 
-from . import _vmap
 from .rms_norm import stat_dtype
 
 OP = torch.ops.myops.layer_norm.default
@@ -38,17 +37,3 @@ def _(x, weight=None, bias=None, eps=1e-5):
 def _(grad, x, mean, rstd, weight, params_grad, eps):
     n = x.shape[-1] if params_grad else 0
     return x.new_empty(x.shape), x.new_empty((n,)), x.new_empty((n,))
-
-
-_vmap.register_fold("layer_norm", rows=(0,), params=(1, 2))
-
-
-def _param_grads(a, dx):
-    """Per sample: the sums over its rows of grad * (x - mean) * rstd and of grad (a: grad, x, mean, rstd, ...)."""
-    grad, x, mean, rstd = a[:4]
-    g = _vmap.acc(grad)
-    xhat = (_vmap.acc(x) - mean.unsqueeze(-1)) * rstd.unsqueeze(-1)
-    return _vmap.row_sum(g * xhat, x.dtype), _vmap.row_sum(g, x.dtype)
-
-
-_vmap.register_row_sums("layer_norm_backward", rows=(0, 1, 2, 3), sums=_param_grads, params=(4,), flag=5)

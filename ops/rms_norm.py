@@ -6,7 +6,6 @@ needs. ops.rms_norm returns y.
 
 import torch
 
-from . import _vmap
 
 OP = torch.ops.myops.rms_norm.default
 
@@ -39,17 +38,3 @@ def _(x, weight=None, eps=1e-6):
 def _(grad, x, rstd, weight, weight_grad, eps):
     dw = x.new_empty((x.shape[-1],) if weight is not None and weight_grad else (0,))
     return x.new_empty(x.shape), dw
-
-
-_vmap.register_fold("rms_norm", rows=(0,), params=(1,))
-
-
-def _weight_grad(a, dx):
-    """Per sample: the sum over its rows of grad * x * rstd (a: grad, x, rstd, weight, ...; none without a weight)."""
-    grad, x, rstd, weight = a[:4]
-    if weight is None:
-        return (x.new_empty((x.shape[0], 0)),)
-    return (_vmap.row_sum(_vmap.acc(grad) * _vmap.acc(x) * rstd.unsqueeze(-1), x.dtype),)
-
-
-_vmap.register_row_sums("rms_norm_backward", rows=(0, 1, 2), sums=_weight_grad, params=(3,), flag=4)

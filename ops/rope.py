@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from . import _vmap
 
 OP = torch.ops.myops.rope.default
 BACKWARD = torch.ops.myops.rope_backward.default
@@ -64,7 +63,3 @@ def _(x, cos, sin, heads_first=False, interleaved=False):
 def _(grad, cos, sin, heads_first=False, interleaved=False):
     _check("rope_backward", "grad", grad, cos, sin, heads_first)
     return grad.new_empty(grad.shape)
-
-
-_vmap.register_fold("rope", rows=(0,), params=(1, 2))
-_vmap.register_fold("rope_backward", rows=(0,), params=(1, 2))

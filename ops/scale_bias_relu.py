@@ -2,7 +2,6 @@
 
 import torch
 
-from . import _vmap
 
 OP = torch.ops.myops.scale_bias_relu.default
 BACKWARD = torch.ops.myops.scale_bias_relu_backward.default
@@ -31,11 +30,3 @@ def _(x, bias, scale):
 def _(grad, out, scale):
     torch._check(grad.dim() >= 1, lambda: "myops.scale_bias_relu_backward: grad must have at least 1 dimension")
     return grad.new_empty(grad.shape), grad.new_empty(grad.shape[-1:])
-
-
-_vmap.register_fold("scale_bias_relu", rows=(0,), params=(1,))
-
-
-# (grad_bias per sample: the sum of that sample's grad where out > 0)
-_vmap.register_row_sums("scale_bias_relu_backward", rows=(0, 1),
-                        sums=lambda a, dx: (_vmap.row_sum(torch.where(a[1] > 0, a[0], 0), a[0].dtype),))

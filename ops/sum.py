@@ -6,7 +6,6 @@ from collections.abc import Sequence
 
 import torch
 
-from . import _vmap
 from ._common import reduced_dims
 
 OP = torch.ops.myops.sum.default
@@ -24,15 +23,3 @@ def _(x, dim=None, keepdim=False):
     red = set(reduced_dims(x.dim(), dim))
     shape = [1 if d in red else s for d, s in enumerate(x.shape) if keepdim or d not in red]
     return x.new_empty(shape)
-
-
-@torch.library.register_vmap("myops::sum")
-def _(info, in_dims, x, dim=None, keepdim=False):
-    n = x.dim() - 1  # a sample's dims
-    if n == 0:  # (a 0-d sample: the op per sample)
-        return _vmap.loop(lambda t: OP(t, dim, keepdim), info, in_dims[:1], (x,))
-    try:
-        red = reduced_dims(n, dim)
-    except RuntimeError:  # (the op per sample raises it)
-        return _vmap.loop(lambda t: OP(t, dim, keepdim), info, in_dims[:1], (x,))
-    return OP(_vmap.front(x, in_dims[0], info.batch_size), [d + 1 for d in red], keepdim), 0

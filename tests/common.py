@@ -113,7 +113,7 @@ def check_func(fn: Callable, eager_fn: Callable, inputs: Sequence[torch.Tensor])
     first floating input (reverse over reverse) equals eager's and passes gradgradcheck (through the backward op's
     formula of its own, its composite, or its plain ATen ops); forward-mode AD (jvp, jacfwd, the Hessian as jacfwd
     of jacrev) equals eager's. vmap of the op, and of its grad (per-sample gradients), equal the op and its grad run
-    per sample, with every op and backward op taken by its vmap rule (ops/_vmap.py): PyTorch's per-sample
+    per sample, with every op and backward op taken by its vmap rule (csrc/ops/batching.h): PyTorch's per-sample
     fallback (which only prints a warning from C++) is switched off, so that an op without a rule raises."""
     with no_vmap_fallback(), warnings.catch_warnings():
         # (torch.func's import warns of torch.jit.script's deprecation)

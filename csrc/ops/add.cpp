@@ -1,5 +1,6 @@
 // myops::add(a, b) = a + b, same shape. Backward (below): da = db = grad.
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 
 namespace {
@@ -28,3 +29,4 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
              {nullptr, [](const myops::AutogradCtx&, const myops::Tensors& g) { return myops::Tensors{g[0], g[0]}; }},
              add_composite)));
 }
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) { m.impl("add", myops::batch_kernel(myops::fold({0, 1}))); }

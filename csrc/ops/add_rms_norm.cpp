@@ -3,6 +3,7 @@
 // myops::add_rms_norm_backward(grad_y, grad_s?, s, rstd, weight?, weight_grad, eps) -> (ds, dweight):
 // ds = rms_norm's input gradient + grad_s, which is the gradient of both x and residual (eps: see rms_norm.cpp).
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 #include "norm_ref.h"
 
@@ -167,4 +168,15 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   spec.non_differentiable = {2};
   spec.materialize_grads = false;
   m.impl("add_rms_norm", myops::autograd_kernel(myops::with_composite(std::move(spec), add_rms_norm_composite)));
+}
+// vmap (batching.h): dweight per sample, the sum over its rows of grad_y * s * rstd in fp32 (none without a weight).
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("add_rms_norm", myops::batch_kernel(myops::fold({0, 1}, {2})));
+  m.impl("add_rms_norm_backward",
+         myops::batch_kernel(myops::fold_row_sums({0, 1, 2, 3}, {4}, 5, [](const myops::Args& a, const at::Tensor&) {
+           const at::Tensor &grad_y = a[0].toTensor(), &s = a[2].toTensor(), &rstd = a[3].toTensor();
+           if (a[4].isNone()) return myops::Tensors{s.new_empty_symint({s.sym_size(0), 0})};
+           return myops::Tensors{myops::sample_col_sums(
+               myops::acc32(grad_y).mul(myops::acc32(s)).mul(rstd.unsqueeze(-1)), s.scalar_type())};
+         })));
 }

@@ -3,6 +3,7 @@
 // sum over all but the last dim, in one pass.
 #include "act.h"
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 #include <ATen/ops/gelu.h>
 
@@ -84,4 +85,12 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                              return bias_gelu_backward_op.call_all({g[0], c.saved[0], c.saved[1]});
                            }},
                           bias_gelu_composite)));
+}
+// vmap (batching.h): grad_bias per sample, the sum of that sample's grad_x (d/d bias being d/dx).
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("bias_gelu", myops::batch_kernel(myops::fold({0}, {1})));
+  m.impl("bias_gelu_backward",
+         myops::batch_kernel(myops::fold_row_sums({0, 1}, {2}, -1, [](const myops::Args&, const at::Tensor& dx) {
+           return myops::Tensors{myops::sample_col_sums(dx, dx.scalar_type())};
+         })));
 }

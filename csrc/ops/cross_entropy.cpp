@@ -18,6 +18,7 @@
 // directly; the checked bf16 forward+backward (its wait then in the forward) went from 37% to 53-58% of copy
 // bandwidth (torch.compile: 51%), fp32 from 55% to 84-91% (compile: 78%).
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 
 #include <ATen/TensorSubclassLikeUtils.h>
@@ -368,3 +369,73 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
   m.impl("cross_entropy_backward", &cross_entropy_backward);
 }
 #endif
+// vmap (batching.h): the batch's rows in one call with reduction "none", then each sample's reduction. The forward
+// sums a sample's rows' losses in fp32 (fp64 for fp64), taken unrounded from stats as max + log-sum-exp - x[target]
+// (0 where the target is ignore_index, NaN where "none" gave NaN: a target out of range, unchecked); only label
+// smoothing takes the "none" output, rounded to the logits' dtype. "mean" divides by the sample's count of rows whose
+// target is not ignore_index (NaN where there is none, 0 / 0 as F.cross_entropy's). Backward gives each row its
+// sample's gradient factor. Logits of other ranks, an unknown reduction or no classes: per sample (the op raises).
+namespace {
+bool ce_folds(const myops::Batch& b, int logits, const std::string& reduction) {
+  const at::Tensor& lg = b.args[logits].toTensor();
+  const int64_t rank = lg.dim() - (b.batched(logits) ? 1 : 0);
+  return (reduction == "mean" || reduction == "sum" || reduction == "none") && (rank == 1 || rank == 2) &&
+         lg.sym_size(-1) > 0;
+}
+// Per sample: the count of its rows whose target is not ignore_index. t: [B] or [B, M].
+at::Tensor ce_counts(const at::Tensor& t, int64_t ignore_index) {
+  return t.reshape_symint({t.sym_size(0), -1}).ne(ignore_index).sum(1);
+}
+std::optional<myops::Tensors> ce_batch(const myops::Batch& b) {
+  const std::string reduction = b.args[4].toStringRef();
+  if (!ce_folds(b, 0, reduction)) return std::nullopt;
+  const int64_t ignore_index = b.args[2].toInt();
+  const double smoothing = b.args[3].toDouble();
+  const at::Tensor lg = b.front(0), t = b.front(1);
+  const c10::SymInt classes = lg.sym_size(-1);
+  const at::Tensor x = lg.reshape_symint({-1, classes}), tr = t.reshape({-1});
+  const myops::Tensors out = b.call_tensors({x, tr, ignore_index, smoothing, std::string("none"), b.args[5]});
+  at::Tensor loss = out[0];
+  const at::Tensor& stats = out[1];
+  if (reduction == "none") {
+    loss = loss.view_symint(t.sym_sizes());
+  } else {
+    at::Tensor rows;
+    if (smoothing == 0) {
+      const at::Tensor xt = x.gather(1, tr.clamp(0, c10::Scalar(classes - 1)).unsqueeze(1)).squeeze(1);
+      rows = stats.select(1, 0)
+                 .add(stats.select(1, 1))
+                 .sub(xt.to(stats.scalar_type()))
+                 .masked_fill(tr.eq(ignore_index), 0.0)
+                 .masked_fill(loss.isnan(), std::numeric_limits<double>::quiet_NaN());
+    } else {
+      rows = myops::acc32(loss);
+    }
+    at::Tensor total = rows.view_symint({t.sym_size(0), -1}).sum(1);
+    if (reduction == "mean") total = total.div(ce_counts(t, ignore_index));
+    loss = total.to(loss.scalar_type());
+  }
+  std::vector<c10::SymInt> shape(t.sym_sizes().begin(), t.sym_sizes().end());
+  shape.emplace_back(2);
+  return myops::Tensors{loss, stats.view_symint(shape)};
+}
+std::optional<myops::Tensors> ce_backward_batch(const myops::Batch& b) {
+  const std::string reduction = b.args[6].toStringRef();
+  if (!ce_folds(b, 1, reduction)) return std::nullopt;
+  const int64_t ignore_index = b.args[4].toInt();
+  at::Tensor g = b.front(0);
+  const at::Tensor lg = b.front(1), t = b.front(2), st = b.front(3);
+  if (reduction != "none") {
+    g = myops::acc32(g);
+    if (reduction == "mean") g = g.div(ce_counts(t, ignore_index));
+    g = g.unsqueeze(1).expand_symint({t.sym_size(0), t.dim() == 2 ? t.sym_size(1) : c10::SymInt(1)});
+  }
+  const at::Tensor dl = b.call_tensors({g.reshape({-1}), lg.reshape_symint({-1, lg.sym_size(-1)}), t.reshape({-1}),
+                                        st.reshape({-1, 2}), b.args[4], b.args[5], std::string("none")})[0];
+  return myops::Tensors{dl.view_symint(lg.sym_sizes())};
+}
+}  // namespace
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("cross_entropy", myops::batch_kernel(ce_batch));
+  m.impl("cross_entropy_backward", myops::batch_kernel(ce_backward_batch));
+}

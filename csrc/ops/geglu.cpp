@@ -1,5 +1,6 @@
 // myops::geglu(gate, up) = gelu_tanh(gate) * up; myops::geglu_backward(grad, gate, up) -> (grad_gate, grad_up) with
 // grad_gate = grad * up * gelu_tanh'(gate), grad_up = grad * gelu_tanh(gate). Shared code: glu.h.
+#include "batching.h"
 #include "glu.h"
 
 namespace {
@@ -28,4 +29,8 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   m.impl("geglu_backward", myops::autograd_kernel(myops::glu_backward_autograd(myops::Act::GeluTanh)));
   m.impl("geglu", myops::autograd_kernel(myops::glu_autograd("geglu_backward", myops::Act::GeluTanh)));
+}
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("geglu", myops::batch_kernel(myops::fold({0, 1})));
+  m.impl("geglu_backward", myops::batch_kernel(myops::fold({0, 1, 2})));
 }

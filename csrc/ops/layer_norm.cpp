@@ -5,6 +5,7 @@
 // path does not take) recompute mean and rstd rather than read the rounded ones (the CPU's fp32 path sums about the
 // saved mean, falling back to the row alone where that mean is far from the row's or not finite).
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 #include "norm_ref.h"
 
@@ -178,4 +179,17 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   spec.non_differentiable = {1, 2};
   spec.materialize_grads = false;
   m.impl("layer_norm", myops::autograd_kernel(myops::with_composite(std::move(spec), layer_norm_composite)));
+}
+// vmap (batching.h): dweight and dbias per sample, the sums over its rows of grad * (x - mean) * rstd and of grad in
+// fp32.
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("layer_norm", myops::batch_kernel(myops::fold({0}, {1, 2})));
+  m.impl("layer_norm_backward",
+         myops::batch_kernel(myops::fold_row_sums({0, 1, 2, 3}, {4}, 5, [](const myops::Args& a, const at::Tensor&) {
+           const at::Tensor &x = a[1].toTensor(), &mean = a[2].toTensor(), &rstd = a[3].toTensor();
+           const at::Tensor g = myops::acc32(a[0].toTensor());
+           const at::Tensor xhat = myops::acc32(x).sub(mean.unsqueeze(-1)).mul(rstd.unsqueeze(-1));
+           return myops::Tensors{myops::sample_col_sums(g.mul(xhat), x.scalar_type()),
+                                 myops::sample_col_sums(g, x.scalar_type())};
+         })));
 }

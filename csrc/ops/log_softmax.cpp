@@ -49,3 +49,7 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                                      log_softmax_backward_composite)));
   m.impl("log_softmax", myops::autograd_kernel(myops::softmax_autograd("log_softmax_backward", true)));
 }
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("log_softmax", myops::batch_kernel(myops::softmax_batch_rule("log_softmax", 1)));
+  m.impl("log_softmax_backward", myops::batch_kernel(myops::softmax_batch_rule("log_softmax_backward", 2)));
+}

@@ -2,6 +2,7 @@
 // myops::mul_backward(grad, a, b) -> (grad * b, grad * a) in one pass (its autograd, below, takes it when both need
 // a gradient, mul alone otherwise).
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 
 namespace {
@@ -78,4 +79,8 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                                              c.need(1) ? mul_op.call1({g[0], a}) : at::Tensor()};
                      }},
                     mul_composite)));
+}
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("mul", myops::batch_kernel(myops::fold({0, 1})));
+  m.impl("mul_backward", myops::batch_kernel(myops::fold({0, 1, 2})));
 }

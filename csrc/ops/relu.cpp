@@ -1,5 +1,6 @@
 // myops::relu(x) = max(x, 0);  myops::relu_backward(grad, out) = out > 0 ? grad : 0.
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 
 namespace {
@@ -59,4 +60,8 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                                               return myops::Tensors{relu_backward_op.call1({g[0], c.saved[0]})};
                                             }},
                                            relu_composite)));
+}
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("relu", myops::batch_kernel(myops::fold({0})));
+  m.impl("relu_backward", myops::batch_kernel(myops::fold({0, 1})));
 }

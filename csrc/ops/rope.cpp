@@ -10,6 +10,7 @@
 // once; cos/sin expand to [batch..., S, D] (stride 0 where broadcast) and are copied (to x's batch shape) only if
 // their batch dims do not collapse. The output is a new contiguous tensor of x's shape.
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 
 #include <ATen/ops/cat.h>
@@ -241,4 +242,8 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                         return rope_formula(c, g[0], rope_backward_op, c.saved[0], c.saved[1], c.saved[2], false);
                       }},
                      rope_composite)));
+}
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("rope", myops::batch_kernel(myops::fold({0}, {1, 2})));
+  m.impl("rope_backward", myops::batch_kernel(myops::fold({0}, {1, 2})));
 }

@@ -2,6 +2,7 @@
 // myops::scale_bias_relu_backward(grad, out, scale) -> (grad_x, grad_bias): with grad_pre = out > 0 ? grad : 0,
 // grad_x = grad_pre * scale and grad_bias = the sum of grad_pre over all but the last dim, in one pass.
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 
 namespace {
@@ -73,4 +74,14 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                                    return scale_bias_relu_backward_op.call_all({g[0], c.saved[0], c.args[2]});
                                  }},
                                 scale_bias_relu_composite)));
+}
+// vmap (batching.h): grad_bias per sample, the sum of that sample's grad where out > 0.
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("scale_bias_relu", myops::batch_kernel(myops::fold({0}, {1})));
+  m.impl(
+      "scale_bias_relu_backward",
+      myops::batch_kernel(myops::fold_row_sums({0, 1}, {}, -1, [](const myops::Args& a, const at::Tensor&) {
+        const at::Tensor &grad = a[0].toTensor(), &out = a[1].toTensor();
+        return myops::Tensors{myops::sample_col_sums(grad.masked_fill(out.gt(0).logical_not(), 0), grad.scalar_type())};
+      })));
 }

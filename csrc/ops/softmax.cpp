@@ -52,3 +52,7 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
              softmax_backward_composite)));
   m.impl("softmax", myops::autograd_kernel(myops::softmax_autograd("softmax_backward", false)));
 }
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("softmax", myops::batch_kernel(myops::softmax_batch_rule("softmax", 1)));
+  m.impl("softmax_backward", myops::batch_kernel(myops::softmax_batch_rule("softmax_backward", 2)));
+}

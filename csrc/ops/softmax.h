@@ -4,6 +4,7 @@
 // view do not collapse. The output is allocated in the moved layout and moved back (the fake impl matches).
 #pragma once
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 
 namespace myops {
@@ -22,12 +23,13 @@ struct SoftmaxKernels {
   Kernel<BwdCuda> bwd_cuda;
 };
 
-inline int64_t softmax_dim(const at::Tensor& x, int64_t dim, const char* op) {
-  const int64_t lim = std::max<int64_t>(x.dim(), 1);
+inline int64_t softmax_dim(int64_t ndim, int64_t dim, const char* op) {
+  const int64_t lim = std::max<int64_t>(ndim, 1);
   TORCH_CHECK(dim >= -lim && dim < lim, "myops.", op, ": dim ", str(dim), " is out of range for a tensor with ",
-              str(x.dim()), " dimensions");
+              str(ndim), " dimensions");
   return dim < 0 ? dim + lim : dim;
 }
+inline int64_t softmax_dim(const at::Tensor& x, int64_t dim, const char* op) { return softmax_dim(x.dim(), dim, op); }
 
 inline at::Tensor softmax_forward(SoftmaxKernels& k, const char* op, const at::Tensor& x_in, int64_t dim) {
   const int dtype = dtype_code(x_in, op, "x");
@@ -90,6 +92,21 @@ inline AutogradSpec softmax_autograd(const char* backward, bool log) {
                           const int64_t dim = a[1].toInt();
                           return Tensors{log ? x.log_softmax(dim) : x.softmax(dim)};
                         });
+}
+
+// vmap (batching.h) of <op> (x, dim) and <op>_backward (grad, y, dim): the batch's samples in one call, the
+// sample's dim (checked as the op checks it) one further on, past the batch; a 0-d sample per sample. `tensors` is the
+// op's count of tensor arguments (the last of them, x or y, gives the sample's dims; dim follows them).
+inline BatchRule softmax_batch_rule(const char* op, int tensors) {
+  return [op, tensors](const Batch& b) -> std::optional<Tensors> {
+    const int last = tensors - 1;
+    const int64_t n = b.args[last].toTensor().dim() - (b.batched(last) ? 1 : 0);
+    if (n == 0) return std::nullopt;
+    Args a = b.args;
+    for (int i = 0; i < tensors; ++i) a[i] = b.front(i);
+    a[tensors] = softmax_dim(n, b.args[tensors].toInt(), op) + 1;
+    return b.call_tensors(std::move(a));
+  };
 }
 
 }  // namespace myops

@@ -2,6 +2,7 @@
 // The kernels see x as [M, K] (kept dims, reduced dims) with one stride each; layouts that do not collapse to that
 // are copied once. Backward (below) is an expand of grad, as for torch.sum.
 #include "autograd.h"
+#include "batching.h"
 #include "common.h"
 
 #include <optional>
@@ -172,4 +173,23 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                            }};
   spec.keep_sizes = true;
   m.impl("sum", myops::autograd_kernel(myops::with_composite(std::move(spec), sum_composite)));
+}
+// vmap (batching.h): the batch's samples in one call, their dims one further on; a 0-d sample, or a dim the op
+// refuses, per sample (where the op raises its own error).
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("sum", myops::batch_kernel([](const myops::Batch& b) -> std::optional<myops::Tensors> {
+           const int64_t n = b.args[0].toTensor().dim() - 1;  // a sample's dims
+           if (n == 0) return std::nullopt;
+           const auto dims = b.args[1].toOptional<std::vector<int64_t>>();
+           std::vector<bool> red;
+           try {
+             red = reduced_dims(n, dims ? at::OptionalIntArrayRef(*dims) : at::OptionalIntArrayRef());
+           } catch (const c10::Error&) {
+             return std::nullopt;
+           }
+           std::vector<int64_t> moved;
+           for (int64_t d = 0; d < n; ++d)
+             if (red[d]) moved.push_back(d + 1);
+           return b.call_tensors({b.front(0), moved, b.args[2]});
+         }));
 }

@@ -1,5 +1,6 @@
 // myops::swiglu(gate, up) = silu(gate) * up; myops::swiglu_backward(grad, gate, up) -> (grad_gate, grad_up) with
 // grad_gate = grad * up * silu'(gate), grad_up = grad * silu(gate). Shared code: glu.h.
+#include "batching.h"
 #include "glu.h"
 
 namespace {
@@ -28,4 +29,8 @@ TORCH_LIBRARY_IMPL(myops, CUDA, m) {
 TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   m.impl("swiglu_backward", myops::autograd_kernel(myops::glu_backward_autograd(myops::Act::Silu)));
   m.impl("swiglu", myops::autograd_kernel(myops::glu_autograd("swiglu_backward", myops::Act::Silu)));
+}
+TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
+  m.impl("swiglu", myops::batch_kernel(myops::fold({0, 1})));
+  m.impl("swiglu_backward", myops::batch_kernel(myops::fold({0, 1, 2})));
 }

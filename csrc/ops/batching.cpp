@@ -1,0 +1,165 @@
+// The FuncTorchBatched-key kernel of an op with a C++ vmap rule (batching.h), built as functorch's generated
+// plumbing builds PyTorch's own: with the Batched key excluded, the call's tensors unwrapped at the vmap level, the
+// rule (or the op once per sample), the outputs wrapped at that level with the batch dim first. The one file of the
+// registration layer with a functorch header.
+//
+// The level: the highest of the call's batched tensors' levels. functorch's plumbing asks its layer stack
+// (ATen/functorch/DynamicLayer.h), whose header needs nlohmann/json.hpp, which torch's wheels (2.11, 2.14) do not
+// ship. The two agree but where the innermost vmap batches none of the arguments; functorch's kernel then passes the
+// call on to the next vmap level, which unwraps and wraps what this kernel does.
+#include "batching.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/functorch/BatchedTensorImpl.h>
+#include <ATen/ops/stack.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+namespace myops {
+
+bool Batch::any_batched(const std::vector<int>& idx) const {
+  for (int i : idx)
+    if (batched(i)) return true;
+  return false;
+}
+
+at::Tensor Batch::front(int i) const {
+  const at::Tensor t = tensor_arg(args.at(i));
+  if (!t.defined()) return t;
+  if (batched(i)) return t.movedim(*dims[i], 0);
+  std::vector<c10::SymInt> shape{size};
+  for (const c10::SymInt& s : t.sym_sizes()) shape.push_back(s);
+  return t.expand_symint(shape);
+}
+
+Tensors Batch::call_tensors(Args a) const {
+  Tensors out;
+  for (const c10::IValue& v : call(std::move(a))) out.push_back(v.toTensor());
+  return out;
+}
+
+at::Tensor acc32(const at::Tensor& t) { return t.to(t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat); }
+
+at::Tensor sample_col_sums(const at::Tensor& t, at::ScalarType dtype) {
+  return t.dim() > 2 ? acc32(t).flatten(1, -2).sum(1).to(dtype) : t.to(dtype);
+}
+
+BatchRule fold(std::vector<int> rows, std::vector<int> params) {
+  return [rows = std::move(rows), params = std::move(params)](const Batch& b) -> std::optional<Tensors> {
+    if (b.any_batched(params)) return std::nullopt;
+    Args a = b.args;
+    for (int i : rows) a[i] = optional_arg(b.front(i));
+    return b.call_tensors(std::move(a));
+  };
+}
+
+BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums) {
+  return [rows = std::move(rows), params = std::move(params), flag,
+          sums = std::move(sums)](const Batch& b) -> std::optional<Tensors> {
+    if (b.any_batched(params)) return std::nullopt;
+    Args a = b.args;
+    for (int i : rows) a[i] = optional_arg(b.front(i));
+    const bool want = flag < 0 || b.args[flag].toBool();
+    if (flag >= 0) a[flag] = false;  // (the op's own sums would be over the whole batch)
+    Tensors out = b.call_tensors(a);
+    if (want) {
+      const Tensors s = sums(a, out[0]);
+      TORCH_INTERNAL_ASSERT(s.size() + 1 == out.size());
+      for (size_t k = 0; k < s.size(); ++k) out[k + 1] = s[k];
+    } else {
+      for (size_t k = 1; k < out.size(); ++k) out[k] = out[0].new_empty_symint({b.size, 0});
+    }
+    return out;
+  };
+}
+
+namespace {
+
+// The op once per sample, each output stacked along a new dim 0 (PyTorch's fallback, without its warning). An
+// empty batch: the outputs' shapes from one sample of zeros.
+Tensors per_sample(const Batch& b) {
+  const int64_t n = b.size.guard_int(__FILE__, __LINE__);
+  auto sample = [&](int64_t s) {
+    Args a = b.args;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!b.batched(static_cast<int>(i))) continue;
+      const at::Tensor& t = a[i].toTensor();
+      if (n > 0) {
+        a[i] = t.select(*b.dims[i], s);
+      } else {
+        std::vector<int64_t> shape = t.sizes().vec();
+        shape.erase(shape.begin() + *b.dims[i]);
+        a[i] = at::zeros(shape, t.options());
+      }
+    }
+    return b.call_tensors(std::move(a));
+  };
+  if (n == 0) {
+    Tensors out = sample(0);
+    for (at::Tensor& o : out) {
+      std::vector<int64_t> shape{0};
+      for (int64_t s : o.sizes()) shape.push_back(s);
+      o = o.new_empty(shape);
+    }
+    return out;
+  }
+  std::vector<Tensors> outs;
+  for (int64_t s = 0; s < n; ++s) outs.push_back(sample(s));
+  Tensors res;
+  for (size_t k = 0; k < outs[0].size(); ++k) {
+    Tensors parts;
+    for (const Tensors& o : outs) parts.push_back(o[k]);
+    res.push_back(at::stack(parts));
+  }
+  return res;
+}
+
+struct BatchKernel final : c10::OperatorKernel {
+  explicit BatchKernel(BatchRule r) : rule(std::move(r)) {}
+  BatchRule rule;
+
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+    const size_t n = op.schema().arguments().size();
+    const auto first = stack->end() - static_cast<std::ptrdiff_t>(n);
+    auto batched = [&](size_t i) -> at::functorch::BatchedTensorImpl* {
+      const c10::IValue& v = first[static_cast<std::ptrdiff_t>(i)];
+      return v.isTensor() ? at::functorch::maybeGetBatchedImpl(v.toTensor()) : nullptr;
+    };
+    int64_t level = -1;
+    for (size_t i = 0; i < n; ++i)
+      if (const auto* impl = batched(i)) level = std::max(level, impl->level());
+    TORCH_INTERNAL_ASSERT(level >= 0, op.schema().name(), ": reached vmap's kernel with no batched tensor");
+    Batch b;
+    b.dims.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto* impl = batched(i);
+      if (impl == nullptr || impl->level() != level) continue;
+      b.size = impl->value().sym_size(impl->bdim());
+      b.dims[i] = impl->bdim();
+      first[static_cast<std::ptrdiff_t>(i)] = impl->value();
+    }
+    b.args.assign(std::make_move_iterator(first), std::make_move_iterator(stack->end()));
+    torch::jit::drop(*stack, n);
+    b.call = [&op](Args a) {
+      op.callBoxed(&a);
+      return a;
+    };
+    std::optional<Tensors> outs = rule(b);
+    const Tensors res = outs.has_value() ? std::move(*outs) : per_sample(b);
+    TORCH_INTERNAL_ASSERT(res.size() == op.schema().returns().size());
+    for (const at::Tensor& t : res) stack->push_back(at::functorch::makeBatched(t, 0, level));
+  }
+};
+
+}  // namespace
+
+torch::CppFunction batch_kernel(BatchRule rule) {
+  return torch::CppFunction::makeFromBoxedFunctor(std::make_unique<BatchKernel>(std::move(rule)));
+}
+
+}  // namespace myops

@@ -1,0 +1,59 @@
+// batching.h: an op's vmap rule in C++, its kernel at the FuncTorchBatched key (light headers; batching.cpp holds
+// functorch's plumbing, compiled once).
+//
+// Without a rule, torch.func.vmap (and what builds on it: per-sample gradients as vmap(grad(f)), jacrev's and
+// jacfwd's batched products) runs an op through PyTorch's fallback, once per sample. The ops take every leading dim
+// of their row-shaped arguments as more rows, so most rules move the vmapped dim to the front and call the op once
+// (fold). Why not torch.library.register_vmap: its Python kernel cost each op call under vmap about 1.5 ms of host
+// time on the 2-core CPU VM (torch 2.14.1; pytree work, the rule's Python), where PyTorch's own ops batch in C++.
+//
+// An op registers its rule with
+//   TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) { m.impl("relu", myops::batch_kernel(myops::fold({0}))); }
+// The kernel unwraps the call's tensors at the current vmap level into a Batch (the arguments, each one's vmapped
+// dim, the batch size) and runs the rule, whose outputs carry the batch dim first. A rule returns nullopt where it
+// cannot take the batch in one call (a batched weight, as in vmap over an ensemble's parameters; a 0-d sample): the
+// op then runs once per sample, as PyTorch's fallback would, without its warning.
+#pragma once
+#include "autograd.h"
+
+#include <optional>
+
+namespace myops {
+
+struct Batch {
+  Args args;                                 // the call's arguments (every one, defaults filled in), unwrapped
+  std::vector<std::optional<int64_t>> dims;  // per argument: the vmapped dim of a batched tensor
+  c10::SymInt size;                          // the batch size
+  std::function<Args(Args)> call;            // the op below this vmap level: its outputs
+
+  bool batched(int i) const { return i < static_cast<int>(dims.size()) && dims[i].has_value(); }
+  bool any_batched(const std::vector<int>& idx) const;
+  // args[i] with its vmapped dim first; an unbatched tensor expanded (a view) to [size, ...]; None: undefined.
+  at::Tensor front(int i) const;
+  Tensors call_tensors(Args a) const;  // the op on a: its outputs (every one a tensor)
+};
+
+// The outputs, each with the batch dim first; nullopt: run the op once per sample.
+using BatchRule = std::function<std::optional<Tensors>(const Batch& b)>;
+
+// The boxed FuncTorchBatched-key kernel for an op with rule `rule`.
+torch::CppFunction batch_kernel(BatchRule rule);
+
+// The op once over the batch: the arguments at `rows` (row-shaped: x, grad, saved statistics) batch-first, unbatched
+// ones expanded; those at `params` (per column: weight, bias, rope's tables) must be unbatched, else per sample.
+BatchRule fold(std::vector<int> rows, std::vector<int> params = {});
+
+// A backward op whose outputs after the first sum over rows (weight and bias gradients), which vmap keeps per sample:
+// fold's call (with the argument at `flag`, when >= 0, that asks for those sums passed false) for its first output
+// dx, and the sums from sums(a, dx) on the call's batch-first arguments a ([size, N] each), or, where args[flag] is
+// false, empty [size, 0] ones as the op gives.
+using RowSums = std::function<Tensors(const Args& a, const at::Tensor& dx)>;
+BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums);
+
+// Per-sample column sums of a batch-first [B, ..., N] tensor in the ops' accumulation type (fp32; fp64 for fp64), as
+// `dtype`: [B, N].
+at::Tensor sample_col_sums(const at::Tensor& t, at::ScalarType dtype);
+// t in the accumulation type of the per-sample sums: fp64 for fp64, else fp32.
+at::Tensor acc32(const at::Tensor& t);
+
+}  // namespace myops

@@ -1,0 +1,83 @@
+"""vmap's kernels (csrc/ops/batching.{h,cpp}): every op's rule is C++, and what the per-op tests' check_func does not
+reach: nested vmaps (a level that batches none of an op's arguments, a batched weight under an outer level), empty
+batches, and per-sample gradients inside torch.compile with dynamic shapes. Each op's own rule is checked against
+per-sample calls in its test file (check_func)."""
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.func import grad, vmap
+
+import ops
+from common import no_vmap_fallback
+
+
+def myops_ops() -> list[str]:
+    return sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("myops::"))
+
+
+def test_every_op_has_a_cpp_rule():
+    """Every op and backward op has a FuncTorchBatched kernel registered from its own C++ file (not a Python
+    kernel: torch.library.register_vmap cost about 1.5 ms of host time a call)."""
+    names = myops_ops()
+    assert {f"myops::{op}" for op in ops.OPS} <= set(names)
+    for name in names:
+        dump = torch._C._dispatch_dump(name)
+        line = next((s for s in dump.splitlines() if s.startswith("FuncTorchBatched:")), None)
+        assert line is not None, f"{name} has no vmap kernel"
+        stem = name.split("::")[1].removesuffix("_backward")
+        assert re.search(rf"csrc/ops/{stem}\.cpp:\d+", line), f"{name}'s vmap kernel is not its C++ file's: {line}"
+
+
+def test_nested_vmap():
+    gen = torch.Generator().manual_seed(0)
+    xs = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
+    ys = torch.randn(4, 8, generator=gen, dtype=torch.float64)
+    w = torch.randn(2, 8, generator=gen, dtype=torch.float64)
+    with no_vmap_fallback():
+        # the inner vmap batches none of relu's arguments (x is batched at the outer level alone)
+        got = vmap(lambda x: vmap(lambda y: ops.relu(x) + y)(ys))(xs)
+        torch.testing.assert_close(got, torch.stack([torch.stack([x.relu() + y for y in ys]) for x in xs]))
+        # the outer level batches the weight (per sample), the inner one x
+        got = vmap(lambda ww: vmap(lambda x: ops.rms_norm(x, ww))(xs))(w)
+        want = torch.stack([torch.stack([F.rms_norm(x, (8,), ww, 1e-6) for x in xs]) for ww in w])
+        torch.testing.assert_close(got, want)
+        # both levels batch the same argument
+        torch.testing.assert_close(vmap(lambda x: vmap(ops.softmax, in_dims=1)(x))(xs), xs.softmax(1).transpose(1, 2))
+        # per-sample gradients of per-sample gradients' sums: vmap(grad) inside vmap
+        inner = vmap(grad(lambda ww, x: ops.layer_norm(x, ww).square().sum()), in_dims=(None, 0))
+        got = vmap(lambda ww: inner(ww, xs))(w)
+        want = torch.stack([vmap(grad(lambda v, x: F.layer_norm(x, (8,), v).square().sum()), in_dims=(None, 0))(
+            ww, xs) for ww in w])
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("batched_weight", [False, True])
+def test_empty_batch(batched_weight):
+    """A batch of no samples gives outputs of no samples (a batched weight: the per-sample path's shapes)."""
+    x = torch.randn(0, 3, 8)
+    with no_vmap_fallback():
+        if batched_weight:
+            out = vmap(lambda a, w: ops.layer_norm(a, w))(x, torch.randn(0, 8))
+        else:
+            out = vmap(lambda a: ops.layer_norm(a))(x)
+        assert out.shape == (0, 3, 8)
+        assert vmap(lambda a: ops.sum(a, 1))(x).shape == (0, 3)
+
+
+def test_per_sample_grads_compiled():
+    """vmap(grad) inside torch.compile(fullgraph, dynamic shapes): the rules run on fake tensors of symbolic sizes."""
+    gen = torch.Generator().manual_seed(1)
+    xs = torch.randn(3, 5, 8, generator=gen, dtype=torch.float64)
+    w = torch.randn(8, generator=gen, dtype=torch.float64)
+    mine = torch.compile(vmap(grad(lambda v, x: ops.rms_norm(x, v).square().sum()), in_dims=(None, 0)),
+                         fullgraph=True, dynamic=True)
+    want = vmap(grad(lambda v, x: F.rms_norm(x, (8,), v, 1e-6).square().sum()), in_dims=(None, 0))(w, xs)
+    torch.testing.assert_close(mine(w, xs), want)
+    logits = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
+    target = torch.randint(0, 7, (3, 5), generator=gen)
+    target[1, 2] = -100
+    mine = torch.compile(vmap(grad(lambda a, t: ops.cross_entropy(a, t))), fullgraph=True, dynamic=True)
+    torch.testing.assert_close(mine(logits, target), vmap(grad(lambda a, t: F.cross_entropy(a, t)))(logits, target))
