@@ -30,7 +30,7 @@ bool Batch::any_batched(const std::vector<int>& idx) const {
 at::Tensor Batch::front(int i) const {
   const at::Tensor t = tensor_arg(args.at(i));
   if (!t.defined()) return t;
-  if (batched(i)) return t.movedim(*dims[i], 0);
+  if (batched(i)) return *dims[i] == 0 ? t : t.movedim(*dims[i], 0);
   std::vector<c10::SymInt> shape{size};
   for (const c10::SymInt& s : t.sym_sizes()) shape.push_back(s);
   return t.expand_symint(shape);
@@ -42,10 +42,16 @@ Tensors Batch::call_tensors(Args a) const {
   return out;
 }
 
-at::Tensor acc32(const at::Tensor& t) { return t.to(t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat); }
+// (fp32 and fp64 tensors as they are: an op call under vmap's layers is host time)
+at::Tensor acc32(const at::Tensor& t) {
+  const at::ScalarType s = t.scalar_type();
+  return s == at::kFloat || s == at::kDouble ? t : t.to(at::kFloat);
+}
 
 at::Tensor sample_col_sums(const at::Tensor& t, at::ScalarType dtype) {
-  return t.dim() > 2 ? acc32(t).flatten(1, -2).sum(1).to(dtype) : t.to(dtype);
+  if (t.dim() <= 2) return t.to(dtype);
+  const at::ScalarType acc = t.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  return t.flatten(1, -2).sum(1, false, acc).to(dtype);  // (16-bit t summed in fp32 without an fp32 copy)
 }
 
 BatchRule fold(std::vector<int> rows, std::vector<int> params) {
