@@ -169,14 +169,14 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   spec.materialize_grads = false;
   m.impl("add_rms_norm", myops::autograd_kernel(myops::with_composite(std::move(spec), add_rms_norm_composite)));
 }
-// vmap (batching.h): dweight per sample, the sum over its rows of grad_y * s * rstd in fp32 (none without a weight).
+// vmap (batching.h): dweight per sample, the sum over its rows of grad_y * s * rstd in fp32 (none without a weight);
+// 16-bit tensors are promoted inside ATen's kernels (times rstd), not copied to fp32.
 TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
   m.impl("add_rms_norm", myops::batch_kernel(myops::fold({0, 1}, {2})));
   m.impl("add_rms_norm_backward",
          myops::batch_kernel(myops::fold_row_sums({0, 1, 2, 3}, {4}, 5, [](const myops::Args& a, const at::Tensor&) {
            const at::Tensor &grad_y = a[0].toTensor(), &s = a[2].toTensor(), &rstd = a[3].toTensor();
            if (a[4].isNone()) return myops::Tensors{s.new_empty_symint({s.sym_size(0), 0})};
-           return myops::Tensors{myops::sample_col_sums(
-               myops::acc32(grad_y).mul(myops::acc32(s)).mul(rstd.unsqueeze(-1)), s.scalar_type())};
+           return myops::Tensors{myops::sample_col_sums(grad_y.mul(rstd.unsqueeze(-1)).mul(s), s.scalar_type())};
          })));
 }
