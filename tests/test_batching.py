@@ -81,3 +81,18 @@ def test_per_sample_grads_compiled():
     target[1, 2] = -100
     mine = torch.compile(vmap(grad(lambda a, t: ops.cross_entropy(a, t))), fullgraph=True, dynamic=True)
     torch.testing.assert_close(mine(logits, target), vmap(grad(lambda a, t: F.cross_entropy(a, t)))(logits, target))
+
+
+@pytest.mark.parametrize("case", ["sum_dim", "softmax_dim", "weight", "target"])
+def test_errors_under_vmap(case):
+    """A bad argument under vmap raises the op's own RuntimeError, naming the argument, with a sample's dims."""
+    x = torch.randn(2, 4, 5)
+    calls = {
+        "sum_dim": (lambda a: ops.sum(a, 2), r"myops\.sum: dim 2 is out of range for x with 2 dimensions"),
+        "softmax_dim": (lambda a: ops.softmax(a, -3), r"myops\.softmax: dim -3 is out of range for a tensor with 2"),
+        "weight": (lambda a: ops.rms_norm(a, torch.ones(4)), r"myops\.rms_norm: weight must have shape \[5\]"),
+        "target": (lambda a: ops.cross_entropy(a, torch.tensor([0, 7, 1, 2])), r"target"),
+    }
+    fn, message = calls[case]
+    with no_vmap_fallback(), pytest.raises(RuntimeError, match=message):
+        vmap(fn)(x)

@@ -3,10 +3,11 @@
 // rule (or the op once per sample), the outputs wrapped at that level with the batch dim first. The one file of the
 // registration layer with a functorch header.
 //
-// The level: the highest of the call's batched tensors' levels. functorch's plumbing asks its layer stack
-// (ATen/functorch/DynamicLayer.h), whose header needs nlohmann/json.hpp, which torch's wheels (2.11, 2.14) do not
-// ship. The two agree but where the innermost vmap batches none of the arguments; functorch's kernel then passes the
-// call on to the next vmap level, which unwraps and wraps what this kernel does.
+// The level: the highest of the call's batched tensors' levels. functorch's plumbing asks its layer stack instead
+// (ATen/functorch/DynamicLayer.h, whose header needs nlohmann/json.hpp, which torch's wheels (2.11, 2.14) do not
+// ship). The two differ only where the innermost vmap batches none of the arguments: functorch's kernel then passes
+// the call on to the next vmap level down, which unwraps and wraps what this kernel does at that level
+// (tests/test_batching.py, test_nested_vmap).
 #include "batching.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>

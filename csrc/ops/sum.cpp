@@ -174,19 +174,15 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   spec.keep_sizes = true;
   m.impl("sum", myops::autograd_kernel(myops::with_composite(std::move(spec), sum_composite)));
 }
-// vmap (batching.h): the batch's samples in one call, their dims one further on; a 0-d sample, or a dim the op
-// refuses, per sample (where the op raises its own error).
+// vmap (batching.h): the batch's samples in one call, their dims one further on (checked as the op checks them, on
+// a sample's dims); a 0-d sample per sample.
 TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
   m.impl("sum", myops::batch_kernel([](const myops::Batch& b) -> std::optional<myops::Tensors> {
            const int64_t n = b.args[0].toTensor().dim() - 1;  // a sample's dims
            if (n == 0) return std::nullopt;
            const auto dims = b.args[1].toOptional<std::vector<int64_t>>();
-           std::vector<bool> red;
-           try {
-             red = reduced_dims(n, dims ? at::OptionalIntArrayRef(*dims) : at::OptionalIntArrayRef());
-           } catch (const c10::Error&) {
-             return std::nullopt;
-           }
+           const std::vector<bool> red =
+               reduced_dims(n, dims ? at::OptionalIntArrayRef(*dims) : at::OptionalIntArrayRef());
            std::vector<int64_t> moved;
            for (int64_t d = 0; d < n; ++d)
              if (red[d]) moved.push_back(d + 1);
