@@ -96,3 +96,30 @@ def test_errors_under_vmap(case):
     fn, message = calls[case]
     with no_vmap_fallback(), pytest.raises(RuntimeError, match=message):
         vmap(fn)(x)
+
+
+@pytest.mark.parametrize("heads_first, interleaved", [(False, False), (True, True)])
+@pytest.mark.parametrize("which", ["all", "tables", "cos"])
+def test_rope_per_sample_tables(which, heads_first, interleaved):
+    """rope under vmap with per-sample tables (positions) takes the batch in one call (the tables' batch dim lined up
+    with x's first batch dim), x's own batch dims too: against the op per sample, and per-sample gradients."""
+    gen = torch.Generator().manual_seed(2)
+    batch, S, H, D = 3, 5, 2, 8
+    x = torch.randn(batch, 4, H, S, D, generator=gen) if heads_first else torch.randn(batch, 4, S, H, D, generator=gen)
+    cos, sin = torch.randn(batch, S, D, generator=gen), torch.randn(batch, 1, S, D, generator=gen)
+    dims = {"all": (0, 0, 0), "tables": (None, 0, 0), "cos": (0, 0, None)}[which]
+    args = [t if d is not None else t[0] for t, d in zip((x, cos, sin), dims)]
+
+    def one(a, c, s):
+        return ops.rope(a, c, s, heads_first=heads_first, interleaved=interleaved)
+
+    def sample(i):
+        return [t[i] if d is not None else t for t, d in zip(args, dims)]
+
+    with no_vmap_fallback():
+        torch.testing.assert_close(vmap(one, in_dims=dims)(*args), torch.stack([one(*sample(i)) for i in range(batch)]))
+        loss = grad(lambda a, c, s: one(a, c, s).square().sum(), argnums=(0, 1, 2))
+        got = vmap(loss, in_dims=dims)(*args)
+        want = [loss(*sample(i)) for i in range(batch)]
+        for k in range(3):
+            torch.testing.assert_close(got[k], torch.stack([w[k] for w in want]))

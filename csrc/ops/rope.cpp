@@ -243,7 +243,29 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
                       }},
                      rope_composite)));
 }
+// vmap (batching.h) of rope and rope_backward (x or grad, cos, sin, ...): the batch in one call as x's first batch
+// dim. Batched tables (per-sample positions) fold too: their batch dim first, then size-1 dims up to x's count of
+// batch dims, so that it lines up with x's (the kernel broadcasts tables over x's batch dims); a sample's x of under
+// 3 dims or a table of more batch dims than x has: per sample (the op raises).
+namespace {
+std::optional<myops::Tensors> rope_batch(const myops::Batch& b) {
+  myops::Args a = b.args;
+  const at::Tensor x = b.front(0);  // [B, *x's batch dims, S, H, D]
+  const int64_t xb = x.dim() - 4;
+  if (xb < 0) return std::nullopt;
+  a[0] = x;
+  for (int i : {1, 2}) {
+    if (!b.batched(i)) continue;  // (an unbatched table broadcasts over the batch as over x's batch dims)
+    at::Tensor t = b.front(i);    // [B, *its batch dims, S, D]
+    const int64_t tb = t.dim() - 3;
+    if (tb < 0 || tb > xb) return std::nullopt;
+    for (int64_t k = tb; k < xb; ++k) t = t.unsqueeze(1);
+    a[i] = t;
+  }
+  return b.call_tensors(std::move(a));
+}
+}  // namespace
 TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
-  m.impl("rope", myops::batch_kernel(myops::fold({0}, {1, 2})));
-  m.impl("rope_backward", myops::batch_kernel(myops::fold({0}, {1, 2})));
+  m.impl("rope", myops::batch_kernel(rope_batch));
+  m.impl("rope_backward", myops::batch_kernel(rope_batch));
 }
