@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.func import grad, vmap
 
 import ops
-from common import no_vmap_fallback
+from common import DEVICES, no_vmap_fallback
 
 
 def myops_ops() -> list[str]:
@@ -98,15 +98,17 @@ def test_errors_under_vmap(case):
         vmap(fn)(x)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("heads_first, interleaved", [(False, False), (True, True)])
 @pytest.mark.parametrize("which", ["all", "tables", "cos"])
-def test_rope_per_sample_tables(which, heads_first, interleaved):
+def test_rope_per_sample_tables(device, which, heads_first, interleaved):
     """rope under vmap with per-sample tables (positions) takes the batch in one call (the tables' batch dim lined up
     with x's first batch dim), x's own batch dims too: against the op per sample, and per-sample gradients."""
     gen = torch.Generator().manual_seed(2)
     batch, S, H, D = 3, 5, 2, 8
     x = torch.randn(batch, 4, H, S, D, generator=gen) if heads_first else torch.randn(batch, 4, S, H, D, generator=gen)
     cos, sin = torch.randn(batch, S, D, generator=gen), torch.randn(batch, 1, S, D, generator=gen)
+    x, cos, sin = x.to(device), cos.to(device), sin.to(device)
     dims = {"all": (0, 0, 0), "tables": (None, 0, 0), "cos": (0, 0, None)}[which]
     args = [t if d is not None else t[0] for t, d in zip((x, cos, sin), dims)]
 
