@@ -81,6 +81,16 @@ def test_per_sample_grads_compiled():
     target[1, 2] = -100
     mine = torch.compile(vmap(grad(lambda a, t: ops.cross_entropy(a, t))), fullgraph=True, dynamic=True)
     torch.testing.assert_close(mine(logits, target), vmap(grad(lambda a, t: F.cross_entropy(a, t)))(logits, target))
+    # two per-sample sums (layer_norm's weight and bias), and a batched weight (the per-sample loop, specialized)
+    b = torch.randn(8, generator=gen, dtype=torch.float64)
+    mine = torch.compile(vmap(grad(lambda v, c, x: ops.layer_norm(x, v, c).square().sum(), (0, 1)),
+                              in_dims=(None, None, 0)), fullgraph=True, dynamic=True)
+    want = vmap(grad(lambda v, c, x: F.layer_norm(x, (8,), v, c).square().sum(), (0, 1)), in_dims=(None, None, 0))(
+        w, b, xs)
+    torch.testing.assert_close(mine(w, b, xs), want)
+    ws = torch.randn(3, 8, generator=gen, dtype=torch.float64)
+    mine = torch.compile(vmap(lambda x, v: ops.rms_norm(x, v)), fullgraph=True, dynamic=True)
+    torch.testing.assert_close(mine(xs, ws), torch.stack([F.rms_norm(xs[i], (8,), ws[i], 1e-6) for i in range(3)]))
 
 
 @pytest.mark.parametrize("case", ["sum_dim", "softmax_dim", "weight", "target"])
