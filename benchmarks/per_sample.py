@@ -50,6 +50,12 @@ def cases(batch: int, rows: int, hidden: int, vocab: int, dtype: torch.dtype, de
     x, w, b = randn(batch, rows, hidden), randn(hidden), randn(hidden)
     logits = randn(batch, rows, vocab)
     target = torch.randint(0, vocab, (batch, rows), generator=g, device=device)
+    head = 128  # rope: x [rows, hidden / 128, 128] a sample, with its own cos/sin [rows, 128] (per-sample positions)
+    xr, cos, sin = x.view(batch, rows, hidden // head, head), randn(batch, rows, head), randn(batch, rows, head)
+
+    def rotate_half(t):
+        return torch.cat((-t[..., head // 2:], t[..., :head // 2]), -1)
+
     return [
         ("rms_norm (d weight)", lambda w, x: ops.rms_norm(x, w).float().square().sum(),
          lambda w, x: F.rms_norm(x, x.shape[-1:], w, 1e-6).float().square().sum(), 0, (w, x), (None, 0)),
@@ -60,6 +66,9 @@ def cases(batch: int, rows: int, hidden: int, vocab: int, dtype: torch.dtype, de
          lambda a, c: (F.silu(a) * c).float().square().sum(), (0, 1), (x, x.flip(-1)), (0, 0)),
         ("cross_entropy (d logits)", lambda lg, t: ops.cross_entropy(lg, t), lambda lg, t: F.cross_entropy(lg, t), 0,
          (logits, target), (0, 0)),
+        ("rope, own positions (d x)", lambda a, c, s: ops.rope(a, c, s).float().square().sum(),
+         lambda a, c, s: (a * c.unsqueeze(-2) + rotate_half(a) * s.unsqueeze(-2)).float().square().sum(), 0,
+         (xr, cos, sin), (0, 0, 0)),
     ]
 
 
