@@ -41,7 +41,7 @@ using BatchRule = std::function<std::optional<Tensors>(const Batch& b)>;
 torch::CppFunction batch_kernel(BatchRule rule);
 
 // The op once over the batch: the arguments at `rows` (row-shaped: x, grad, saved statistics) batch-first, unbatched
-// ones expanded; those at `params` (per column: weight, bias, rope's tables) must be unbatched, else per sample.
+// ones expanded; those at `params` (per column: weight, bias) must be unbatched, else per sample.
 BatchRule fold(std::vector<int> rows, std::vector<int> params = {});
 
 // A backward op whose outputs after the first sum over rows (weight and bias gradients), which vmap keeps per sample:
