@@ -135,3 +135,28 @@ def test_rope_per_sample_tables(device, which, heads_first, interleaved):
         want = [loss(*sample(i)) for i in range(batch)]
         for k in range(3):
             torch.testing.assert_close(got[k], torch.stack([w[k] for w in want]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("op", ["rms_norm", "add_rms_norm", "layer_norm"])
+def test_norm_per_sample_sums_16bit(device, dtype, op):
+    """The norms' per-sample weight (and bias) gradients of 16-bit inputs, summed in fp32 by the vmap rules (the
+    16-bit tensors promoted inside ATen's kernels), equal the op's own backward per sample within one rounding."""
+    gen = torch.Generator().manual_seed(3)
+    xs = torch.randn(4, 6, 33, generator=gen).to(device, dtype)
+    res = torch.randn(4, 6, 33, generator=gen).to(device, dtype)
+    w = torch.randn(33, generator=gen).to(device, dtype)
+    b = torch.randn(33, generator=gen).to(device, dtype)
+    fns = {
+        "rms_norm": lambda v, c, x, r: ops.rms_norm(x, v),
+        "add_rms_norm": lambda v, c, x, r: ops.add_rms_norm(x, r, v)[0],
+        "layer_norm": lambda v, c, x, r: ops.layer_norm(x, v, c),
+    }
+    argnums = (0, 1) if op == "layer_norm" else (0,)
+    loss = grad(lambda v, c, x, r: fns[op](v, c, x, r).float().square().sum(), argnums)
+    with no_vmap_fallback():
+        got = vmap(loss, in_dims=(None, None, 0, 0))(w, b, xs, res)
+    for k in range(len(argnums)):
+        want = torch.stack([loss(w, b, xs[i], res[i])[k] for i in range(4)])
+        torch.testing.assert_close(got[k], want)
