@@ -160,3 +160,35 @@ def test_norm_per_sample_sums_16bit(device, dtype, op):
     for k in range(len(argnums)):
         want = torch.stack([loss(w, b, xs[i], res[i])[k] for i in range(4)])
         torch.testing.assert_close(got[k], want)
+
+
+def test_vmap_of_other_transforms():
+    """vmap around and inside jacrev, jacfwd, hessian and vmap(grad): the rules find their level among the others
+    (jacrev's own vmap over cotangents sits above the outer vmap)."""
+    from torch.func import hessian, jacfwd, jacrev
+    gen = torch.Generator().manual_seed(4)
+    xs = torch.randn(3, 2, 6, generator=gen, dtype=torch.float64)
+    w = torch.randn(6, generator=gen, dtype=torch.float64)
+
+    def mine(x):
+        return ops.rms_norm(x, w)
+
+    def ref(x):
+        return F.rms_norm(x, (6,), w, 1e-6)
+
+    def mine_loss(x):
+        return ops.layer_norm(x, w).square().sum()
+
+    def ref_loss(x):
+        return F.layer_norm(x, (6,), w).square().sum()
+
+    with no_vmap_fallback():
+        torch.testing.assert_close(vmap(jacrev(mine))(xs), vmap(jacrev(ref))(xs))
+        torch.testing.assert_close(jacrev(vmap(mine))(xs), jacrev(vmap(ref))(xs))
+        torch.testing.assert_close(vmap(jacfwd(mine))(xs), vmap(jacfwd(ref))(xs))
+        torch.testing.assert_close(vmap(hessian(mine_loss))(xs), vmap(hessian(ref_loss))(xs))
+        torch.testing.assert_close(vmap(vmap(grad(mine_loss)))(xs), vmap(vmap(grad(ref_loss)))(xs))
+        logits = torch.randn(3, 4, 7, generator=gen, dtype=torch.float64)
+        target = torch.randint(0, 7, (3, 4), generator=gen)
+        torch.testing.assert_close(vmap(jacrev(lambda a, t: ops.cross_entropy(a, t, reduction="none")))(logits, target),
+                                   vmap(jacrev(lambda a, t: F.cross_entropy(a, t, reduction="none")))(logits, target))
