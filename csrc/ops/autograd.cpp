@@ -314,9 +314,7 @@ std::vector<c10::IValue> OpRef::call(std::vector<c10::IValue> args) const {
 }
 
 std::vector<at::Tensor> OpRef::call_all(std::vector<c10::IValue> args) const {
-  std::vector<at::Tensor> out;
-  for (const c10::IValue& v : call(std::move(args))) out.push_back(v.toTensor());
-  return out;
+  return tensors_of(call(std::move(args)));
 }
 
 torch::CppFunction autograd_kernel(AutogradSpec spec) {

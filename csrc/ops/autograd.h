@@ -71,6 +71,14 @@ inline c10::IValue optional_arg(const at::Tensor& t) { return t.defined() ? c10:
 inline at::Tensor acc(const at::Tensor& t) {
   return t.defined() && t.is_floating_point() && t.element_size() == 2 ? t.to(at::kFloat) : t;
 }
+// The sum of t over all but the last dim ([N]): a composite's per-feature (weight, bias) gradient.
+inline at::Tensor row_sum(const at::Tensor& t) { return t.sum_to_size_symint({t.sym_size(-1)}); }
+// An op's outputs (every one a tensor) as tensors.
+inline std::vector<at::Tensor> tensors_of(const std::vector<c10::IValue>& outs) {
+  std::vector<at::Tensor> t;
+  for (const c10::IValue& v : outs) t.push_back(v.toTensor());
+  return t;
+}
 // spec with its composite (forward-mode AD, above).
 inline AutogradSpec with_composite(AutogradSpec spec, Composite composite) {
   spec.composite = std::move(composite);

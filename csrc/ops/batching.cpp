@@ -37,17 +37,7 @@ at::Tensor Batch::front(int i) const {
   return t.expand_symint(shape);
 }
 
-Tensors Batch::call_tensors(Args a) const {
-  Tensors out;
-  for (const c10::IValue& v : call(std::move(a))) out.push_back(v.toTensor());
-  return out;
-}
-
-// (fp32 and fp64 tensors as they are: an op call under vmap's layers is host time)
-at::Tensor acc32(const at::Tensor& t) {
-  const at::ScalarType s = t.scalar_type();
-  return s == at::kFloat || s == at::kDouble ? t : t.to(at::kFloat);
-}
+Tensors Batch::call_tensors(Args a) const { return tensors_of(call(std::move(a))); }
 
 at::Tensor sample_col_sums(const at::Tensor& t, at::ScalarType dtype) {
   if (t.dim() <= 2) return t.to(dtype);
@@ -55,12 +45,19 @@ at::Tensor sample_col_sums(const at::Tensor& t, at::ScalarType dtype) {
   return t.flatten(1, -2).sum(1, false, acc).to(dtype);  // (16-bit t summed in fp32 without an fp32 copy)
 }
 
+namespace {
+// The call's arguments with those at `rows` batch-first (fold's and fold_row_sums' call).
+Args rows_first(const Batch& b, const std::vector<int>& rows) {
+  Args a = b.args;
+  for (int i : rows) a[i] = optional_arg(b.front(i));
+  return a;
+}
+}  // namespace
+
 BatchRule fold(std::vector<int> rows, std::vector<int> params) {
   return [rows = std::move(rows), params = std::move(params)](const Batch& b) -> std::optional<Tensors> {
     if (b.any_batched(params)) return std::nullopt;
-    Args a = b.args;
-    for (int i : rows) a[i] = optional_arg(b.front(i));
-    return b.call_tensors(std::move(a));
+    return b.call_tensors(rows_first(b, rows));
   };
 }
 
@@ -68,8 +65,7 @@ BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag
   return [rows = std::move(rows), params = std::move(params), flag,
           sums = std::move(sums)](const Batch& b) -> std::optional<Tensors> {
     if (b.any_batched(params)) return std::nullopt;
-    Args a = b.args;
-    for (int i : rows) a[i] = optional_arg(b.front(i));
+    Args a = rows_first(b, rows);
     const bool want = flag < 0 || b.args[flag].toBool();
     if (flag >= 0) a[flag] = false;  // (the op's own sums would be over the whole batch)
     Tensors out = b.call_tensors(a);

@@ -54,7 +54,5 @@ BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag
 // Per-sample column sums of a batch-first [B, ..., N] tensor in the ops' accumulation type (fp32; fp64 for fp64), as
 // `dtype`: [B, N].
 at::Tensor sample_col_sums(const at::Tensor& t, at::ScalarType dtype);
-// t in the accumulation type of the per-sample sums: fp64 for fp64, else fp32.
-at::Tensor acc32(const at::Tensor& t);
 
 }  // namespace myops

@@ -409,7 +409,7 @@ std::optional<myops::Tensors> ce_batch(const myops::Batch& b) {
                  .masked_fill(tr.eq(ignore_index), 0.0)
                  .masked_fill(loss.isnan(), std::numeric_limits<double>::quiet_NaN());
     } else {
-      rows = myops::acc32(loss);
+      rows = myops::acc(loss);
     }
     at::Tensor total = rows.view_symint({t.sym_size(0), -1}).sum(1);
     if (reduction == "mean") total = total.div(ce_counts(t, ignore_index));
@@ -426,7 +426,7 @@ std::optional<myops::Tensors> ce_backward_batch(const myops::Batch& b) {
   at::Tensor g = b.front(0);
   const at::Tensor lg = b.front(1), t = b.front(2), st = b.front(3);
   if (reduction != "none") {
-    g = myops::acc32(g);
+    g = myops::acc(g);
     if (reduction == "mean") g = g.div(ce_counts(t, ignore_index));
     g = g.unsqueeze(1).expand_symint({t.sym_size(0), t.dim() == 2 ? t.sym_size(1) : c10::SymInt(1)});
   }

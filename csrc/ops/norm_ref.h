@@ -27,7 +27,4 @@ inline at::Tensor norm_ref_dx(const NormRef& n, const at::Tensor& grad, const at
   const at::Tensor inner = center ? gw.sub(gw.mean({-1}, true)) : gw;
   return n.rs.mul(inner.sub(n.xh.mul(gw.mul(n.xh).mean({-1}, true))));
 }
-// The sum of t over all but the last dim ([N]).
-inline at::Tensor row_sum(const at::Tensor& t) { return t.sum_to_size_symint({t.sym_size(-1)}); }
-
 }  // namespace myops

@@ -50,7 +50,7 @@ const myops::OpRef scale_bias_relu_backward_op("scale_bias_relu_backward"), relu
 // scale_bias_relu_backward: g = grad where out > 0, (g scale, g summed over all but the last dim).
 myops::Tensors scale_bias_relu_backward_composite(const myops::Args& a) {
   const at::Tensor g = myops::acc(a[0].toTensor()).mul(a[1].toTensor().gt(0));
-  return {g.mul(a[2].toDouble()), g.sum_to_size_symint({g.sym_size(-1)})};
+  return {g.mul(a[2].toDouble()), myops::row_sum(g)};
 }
 myops::Tensors scale_bias_relu_composite(const myops::Args& a) {
   return {myops::acc(a[0].toTensor()).mul(a[2].toDouble()).add(myops::acc(a[1].toTensor())).relu()};
