@@ -197,6 +197,9 @@ CASES = [
          backward=True, shape=(4096, 32000), variant="unchecked"),
     Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, check_target=False), F.cross_entropy,
          backward=True, shape=(1024, 262144), variant="V=262144 unchecked"),
+    Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, label_smoothing=0.1, check_target=False),
+         lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), backward=True, shape=(4096, 32000),
+         variant="smoothing unchecked"),
     # cos/sin are buffers in a model: only x is differentiated.
     Case("rope", rope_inputs(False), ops.rope, rope_eager(False), backward=True, variant="[S,H,D]",
          shape=(16384, 32, 128), grad_inputs=(0,), bwd_bytes=rope_bwd_bytes, ref64=True),

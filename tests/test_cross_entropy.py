@@ -402,15 +402,17 @@ def test_graph_replay(dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("env", [{"MYOPS_CE_CLUSTER": "2", "MYOPS_CE_BULK": "0"},
                                  {"MYOPS_CE_CLUSTER": "8", "MYOPS_CE_BULK": "0"}, {"MYOPS_CE_BULK": "2"},
-                                 {"MYOPS_CE_WARP": "2"}, {"MYOPS_CE_TPR": "64"}, {"MYOPS_CE_TPR": "128"}],
-                         ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128"])
+                                 {"MYOPS_CE_WARP": "2"}, {"MYOPS_CE_TPR": "64"}, {"MYOPS_CE_TPR": "128"},
+                                 {"MYOPS_CE_FOLD": "2"}],
+                         ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128", "fold"])
 def test_forward_variants(env, tmp_path):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
     the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
     last one part-filled); MYOPS_CE_BULK=2: the bulk-copy kernel for every row up to 64 KB (by default rows of 32-64
     KB); MYOPS_CE_WARP=2: a warp per row for every row (by default rows up to 64 KB when there are enough to fill
     the SMs); MYOPS_CE_TPR=64 / 128: that many threads a row, several rows a CTA (by default fp32 rows of 16-64 KB
-    on the H200), the last CTA's rows past the end included. Rows far longer and far shorter than a CTA's or cluster's
+    on the H200), the last CTA's rows past the end included; MYOPS_CE_FOLD=2: the fold kernel for every 16-bit row
+    without smoothing. Rows far longer and far shorter than a CTA's or cluster's
     threads (C = 8: one thread holds the row), a partial last group (C = 1000, 16000), smoothing, an ignored row, and
     test_extreme_logits' rows (a CTA's rows redone exactly beside rows that are not); loss and gradient against
     float64."""

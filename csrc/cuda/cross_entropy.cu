@@ -391,6 +391,122 @@ __global__ void __launch_bounds__(THREADS, 2) bulk_fwd_kernel(acc_t<T>* __restri
       row_stats<T, SMOOTH, U>(red, reinterpret_cast<const T*>(bulk_row), C, threadIdx.x, THREADS, sum_x, landed);
   if (threadIdx.x == 0) finish_row<T, SMOOTH>(loss, stats, r, ms, sum_x, rt, C, ignore_index, smoothing);
 }
+// ---- 16-bit rows of 16-256 KB on the H200: the fold alone in registers ------------------------------------------
+// A CTA per row (grid = M, no row loop) whose threads hold nothing but U 16-byte vectors in flight and the running
+// (m, c, s) of row_share's log2 fold (and the sum of x, SMOOTH): 32 registers, so eight 256-thread CTAs share an SM
+// (the stream kernel's 56 allow four: half the loads in flight). Each thread's share is folded as row_share does (the
+// maximum on the packed words, the sum of 2^(x log2 e - c) against c = fl(m log2 e), made exact against m at the
+// end), the row reduced as reduce_ms does (its maximum, then the threads' sums rescaled to it), and the target and its
+// logit read by thread 0 only after that, so that they hold no register through the fold. A row whose log2 fold is
+// out of range (|m| >= 2^16, +inf or NaN logits: a sum that is not finite) takes a second pass of exact exps against
+// the row's maximum, which the first pass found (the stream kernel's redo; rare). benchmarks/bulk_read.cu had a
+// standalone fold of this form at 96.3-98.4% of copy, 95.8 with the target and the stats (H200, bf16 [4096, 32000],
+// sessions 46-47), where the op's kernels stopped at 88-93.
+// H200, forward, unchecked, % of copy, the former policy (a warp per row, or the bulk kernel for M < 24 rows an SM,
+// or a CTA per row over 64 KB) -> this kernel (session 50, one or two rounds): bf16 [4096, 32000] 88.6-90.6 ->
+// 92.4-94.1 (fp16 alike), with smoothing 88.9-89.3 -> 92.3-92.5; [2048, 32000] 72.5 -> 80.9; [16384, 8192] 86.6 ->
+// 92.1; [8192, 12288] 86.7 -> 88.3 (with smoothing 85.8 -> 85.7); [8192, 16384] 89.8 -> 93.2; [4096, 65536] 98.7 ->
+// 101.4; [2048, 131072] 99.3 -> 100.0. Not taken: [1024, 196608] 97.3 -> 97.2, [1024, 262144] 97.6-97.8 ->
+// 97.1-97.3, and rows of 8 KB and under, where a thread holds a vector or two of the row: [16384, 4096] 74.0 -> 60.3,
+// [65536, 2048] 73.0 -> 33.0.
+template <bool MAX>
+__device__ __forceinline__ float fold_cta(float v, float* sh) {  // sh [kStreamThreads / 32]
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, v, o);
+    v = MAX ? fmaxf(v, y) : v + y;
+  }
+  if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = sh[0];
+#pragma unroll
+  for (int w = 1; w < kStreamThreads / 32; ++w) v = MAX ? fmaxf(v, sh[w]) : v + sh[w];
+  __syncthreads();  // (sh is free for the next reduction)
+  return v;
+}
+template <class T, bool SMOOTH>
+__global__ void __launch_bounds__(kStreamThreads, 8)
+    fold_fwd_kernel(float* __restrict__ loss,             // [M]
+                    float* __restrict__ stats,            // [M, 2]
+                    const T* __restrict__ x, int64_t xs,  // [M, C]
+                    const int64_t* __restrict__ target,   // [M]
+                    int64_t t_stride, int C, int64_t ignore_index, float smoothing) {
+  static_assert(sizeof(T) == 2, "16-bit logits");
+  using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+  constexpr int NT = kStreamThreads, U = 4, VEC = 8;
+  __shared__ float sh[NT / 32];
+  pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
+  const int64_t r = blockIdx.x;
+  const T* __restrict__ xr = x + r * xs;
+  const uint4* __restrict__ row = reinterpret_cast<const uint4*>(xr);  // [C / 8]
+  const int nv = C / VEC;
+  const uint32_t ninf = rr::splat_word(from_acc<T>(neg_inf<float>()));
+  float m = neg_inf<float>(), c = 0.f, s = 0.f, sx = 0.f;
+  for (int j0 = threadIdx.x; j0 < nv; j0 += NT * U) {
+    uint32_t w[U][4];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {  // (all U loads issue before any is used)
+      const int j = j0 + u * NT;
+      const uint4 q = j < nv ? row[j] : make_uint4(ninf, ninf, ninf, ninf);
+      w[u][0] = q.x, w[u][1] = q.y, w[u][2] = q.z, w[u][3] = q.w;
+    }
+    uint32_t mw = ninf;
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        T2 a, b;
+        memcpy(&a, &mw, 4);
+        memcpy(&b, &w[u][i], 4);
+        const T2 h = __hmax2(a, b);
+        memcpy(&mw, &h, 4);
+      }
+    const float mx = fmaxf(m, fmaxf(rr::word_elem<T>(mw, 0), rr::word_elem<T>(mw, 1)));
+    if (mx > m) {  // never from -inf to -inf; from -inf, s is 0
+      const float cn = mx * kLog2e;
+      s = m == neg_inf<float>() ? s : s * exp2_ftz(c - cn);
+      c = cn;
+      m = mx;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float a = rr::word_elem<T>(w[u][i], 0), b = rr::word_elem<T>(w[u][i], 1);
+        s += exp2_ftz(fmaf(a, kLog2e, -c)) + exp2_ftz(fmaf(b, kLog2e, -c));
+        if (SMOOTH && j0 + u * NT < nv) sx += a + b;  // (the fill must not enter sum(x))
+      }
+  }
+  if (m != neg_inf<float>()) s = fabsf(m) < 0x1p16f ? s * exp2_ftz(-fmaf(m, kLog2e, -c)) : nan_of<float>();
+  const float mr = fold_cta<true>(m, sh);
+  float sr = fold_cta<false>(m == neg_inf<float>() ? 0.f : s * exp_ftz(m - mr), sh);
+  if (!(sr < INFINITY)) {  // (the same for every thread: a uniform branch)
+    s = 0.f;
+    for (int j = threadIdx.x; j < nv; j += NT) {
+      const uint4 q = row[j];
+      const uint32_t wq[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        s += exp_ftz(rr::word_elem<T>(wq[i], 0) - mr) + exp_ftz(rr::word_elem<T>(wq[i], 1) - mr);
+    }
+    sr = fold_cta<false>(s, sh);
+  }
+  if (SMOOTH) sx = fold_cta<false>(sx, sh);
+  if (threadIdx.x == 0) {
+    const RowTarget<T> rt(true, target, r, t_stride, xr, C, ignore_index);
+    finish_row<T, SMOOTH>(loss, stats, r, {mr, sr}, sx, rt, C, ignore_index, smoothing);
+  }
+}
+// MYOPS_CE_FOLD: whether 16-bit rows take fold_fwd_kernel: 1 (default) rows of kFoldMinBytes to kFoldMaxBytes on
+// devices of over 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200; not timed on the H100), 0 never, 2
+// always (A/B, tests). Read once.
+constexpr int64_t kFoldMinBytes = 16 * 1024, kFoldMaxBytes = 256 * 1024;
+inline bool ce_fold(int64_t row_bytes) {
+  static const int mode = rr::env_knob("MYOPS_CE_FOLD", 1, [](int m) { return m >= 0 && m <= 2; });
+  if (mode != 1) return mode == 2;
+  return dram_rich_sms() && row_bytes >= kFoldMinBytes && row_bytes <= kFoldMaxBytes;
+}
+
 // MYOPS_CE_BULK: 1 (default) rows of kBulkMinBytes to kBulkMaxBytes take bulk_fwd_kernel (but fp32 rows on the
 // H200: see ce_fwd_tpr), 0 none, 2 every row up to kBulkMaxBytes (A/B). Read once.
 inline int ce_bulk_mode() {
@@ -767,6 +883,18 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
             return smoothing != 0.0 ? stream(g, stream_fwd_kernel<T, true, false, 4, kStreamThreads, S>)
                                     : stream(g, stream_fwd_kernel<T, false, false, 4, kStreamThreads, S>);
           };
+          if constexpr (es == 2) {
+            if (M < (1LL << 31) && ce_fold(C * es)) {
+              rr::Geo g;
+              g.threads = kStreamThreads;
+              const auto fold = [&](auto kernel) {
+                return rr::launch_as(dependent, g, M, kernel, st, static_cast<A*>(rows), static_cast<A*>(stats),
+                                     static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, (int)C, ignore_index,
+                                     (A)smoothing);
+              };
+              return smoothing != 0.0 ? fold(fold_fwd_kernel<T, true>) : fold(fold_fwd_kernel<T, false>);
+            }
+          }
           const int tpr = ce_fwd_tpr(M, C * es, es);
           switch (tpr) {
             case 32: return sub(std::integral_constant<int, 32>{});
