@@ -391,62 +391,75 @@ __global__ void __launch_bounds__(THREADS, 2) bulk_fwd_kernel(acc_t<T>* __restri
       row_stats<T, SMOOTH, U>(red, reinterpret_cast<const T*>(bulk_row), C, threadIdx.x, THREADS, sum_x, landed);
   if (threadIdx.x == 0) finish_row<T, SMOOTH>(loss, stats, r, ms, sum_x, rt, C, ignore_index, smoothing);
 }
-// ---- 16-bit rows of 16-256 KB on the H200: the fold alone in registers ------------------------------------------
-// A CTA per row (grid = M, no row loop) whose threads hold nothing but U 16-byte vectors in flight and the running
-// (m, c, s) of row_share's log2 fold (and the sum of x, SMOOTH): 32 registers, so eight 256-thread CTAs share an SM
-// (the stream kernel's 56 allow four: half the loads in flight). Each thread's share is folded as row_share does (the
-// maximum on the packed words, the sum of 2^(x log2 e - c) against c = fl(m log2 e), made exact against m at the
-// end), the row reduced as reduce_ms does (its maximum, then the threads' sums rescaled to it), and the target and its
-// logit read by thread 0 only after that, so that they hold no register through the fold. A row whose log2 fold is
-// out of range (|m| >= 2^16, +inf or NaN logits: a sum that is not finite) takes a second pass of exact exps against
-// the row's maximum, which the first pass found (the stream kernel's redo; rare). benchmarks/bulk_read.cu had a
-// standalone fold of this form at 96.3-98.4% of copy, 95.8 with the target and the stats (H200, bf16 [4096, 32000],
-// sessions 46-47), where the op's kernels stopped at 88-93.
+// ---- 16-bit rows of 4-256 KB on the H200: the fold alone in registers -------------------------------------------
+// TPR threads a row (a CTA for rows of 16 KB and more; see ce_fold), each CTA its rows once (no row loop), whose
+// threads hold nothing but U 16-byte vectors in flight and the running (m, c, s) of row_share's log2 fold (and the
+// sum of x, SMOOTH): 32 registers, so eight 256-thread CTAs share an SM (the stream kernel's 56 allow four: half the
+// loads in flight). Each thread's share is folded as row_share does (the maximum on the packed words, the sum of
+// 2^(x log2 e - c) against c = fl(m log2 e), made exact against m at the end), the row reduced as reduce_ms does (its
+// maximum, then the threads' sums rescaled to it), and the target and its logit read by the row's first thread only
+// after that, so that they hold no register through the fold. A row whose log2 fold is out of range (|m| >= 2^16,
+// +inf or NaN logits: a sum that is not finite) takes a second pass of exact exps against the row's maximum, which
+// the first pass found (the stream kernel's redo; rare). benchmarks/bulk_read.cu had a standalone fold of this form at
+// 96.3-98.4% of copy, 95.8 with the target and the stats (H200, bf16 [4096, 32000], sessions 46-47), where the op's
+// kernels stopped at 88-93.
 // H200, forward, unchecked, % of copy, the former policy (a warp per row, or the bulk kernel for M < 24 rows an SM,
-// or a CTA per row over 64 KB) -> this kernel (session 50, one or two rounds): bf16 [4096, 32000] 88.6-90.6 ->
+// or a CTA per row over 64 KB) -> a CTA a row (session 50, one or two rounds): bf16 [4096, 32000] 88.6-90.6 ->
 // 92.4-94.1 (fp16 alike), with smoothing 88.9-89.3 -> 92.3-92.5; [2048, 32000] 72.5 -> 80.9; [16384, 8192] 86.6 ->
 // 92.1; [8192, 12288] 86.7 -> 88.3 (with smoothing 85.8 -> 85.7); [8192, 16384] 89.8 -> 93.2; [4096, 65536] 98.7 ->
 // 101.4; [2048, 131072] 99.3 -> 100.0. Not taken: [1024, 196608] 97.3 -> 97.2, [1024, 262144] 97.6-97.8 ->
-// 97.1-97.3, and rows of 8 KB and under, where a thread holds a vector or two of the row: [16384, 4096] 74.0 -> 60.3,
-// [65536, 2048] 73.0 -> 33.0.
-template <bool MAX>
-__device__ __forceinline__ float fold_cta(float v, float* sh) {  // sh [kStreamThreads / 32]
+// 97.1-97.3 (the stream kernel's clusters). Shorter rows by ce_fold's table.
+// The max or sum of v over a row's TPR threads (every one of them gets it): shuffles, then for TPR > 32 the row's
+// warps through sh [kStreamThreads / 32] (every thread of the CTA must call it: its barriers are the CTA's).
+template <int TPR, bool MAX>
+__device__ __forceinline__ float fold_row(float v, float* sh) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
+  for (int o = (TPR < 32 ? TPR : 32) / 2; o > 0; o >>= 1) {
     const float y = __shfl_xor_sync(0xffffffffu, v, o);
     v = MAX ? fmaxf(v, y) : v + y;
   }
-  if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
-  __syncthreads();
-  v = sh[0];
+  if constexpr (TPR > 32) {
+    constexpr int NW = TPR / 32;  // the row's warps
+    if (threadIdx.x % 32 == 0) sh[threadIdx.x / 32] = v;
+    __syncthreads();
+    const float* row_sh = sh + threadIdx.x / TPR * NW;
+    v = row_sh[0];
 #pragma unroll
-  for (int w = 1; w < kStreamThreads / 32; ++w) v = MAX ? fmaxf(v, sh[w]) : v + sh[w];
-  __syncthreads();  // (sh is free for the next reduction)
+    for (int w = 1; w < NW; ++w) v = MAX ? fmaxf(v, row_sh[w]) : v + row_sh[w];
+    __syncthreads();  // (sh is free for the next reduction)
+  }
   return v;
 }
-template <class T, bool SMOOTH>
+// TPR threads a row (32 to kStreamThreads), kStreamThreads / TPR rows a CTA, each CTA its rows once (grid = M / rows
+// a CTA, no row loop). A thread of a row past M loads nothing (TPR > 32: it still takes the CTA's barriers).
+template <class T, bool SMOOTH, int TPR>
 __global__ void __launch_bounds__(kStreamThreads, 8)
     fold_fwd_kernel(float* __restrict__ loss,             // [M]
                     float* __restrict__ stats,            // [M, 2]
                     const T* __restrict__ x, int64_t xs,  // [M, C]
                     const int64_t* __restrict__ target,   // [M]
-                    int64_t t_stride, int C, int64_t ignore_index, float smoothing) {
+                    int64_t t_stride, int64_t M, int C, int64_t ignore_index, float smoothing) {
   static_assert(sizeof(T) == 2, "16-bit logits");
+  static_assert(TPR >= 32 && TPR <= kStreamThreads && (TPR & (TPR - 1)) == 0, "TPR: a power of 2 of warps");
   using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-  constexpr int NT = kStreamThreads, U = 4, VEC = 8;
-  __shared__ float sh[NT / 32];
+  constexpr int U = 4, VEC = 8;
+  __shared__ float sh[kStreamThreads / 32];
   pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
-  const int64_t r = blockIdx.x;
-  const T* __restrict__ xr = x + r * xs;
-  const uint4* __restrict__ row = reinterpret_cast<const uint4*>(xr);  // [C / 8]
-  const int nv = C / VEC;
+  // (the row's index and pointer are taken again at the end from the parameters: kept live through the fold, they
+  // made the smoothed kernels spill)
+  const auto row_of = [&] { return (int64_t)blockIdx.x * (kStreamThreads / TPR) + threadIdx.x / TPR; };
+  if (TPR == 32 && row_of() >= M) return;  // (a warp's row: no CTA barrier)
+  const int t = (int)(threadIdx.x % TPR);
+  const uint4* __restrict__ row = reinterpret_cast<const uint4*>(x + row_of() * xs);  // [C / 8]
+  constexpr bool kOneRow = TPR == kStreamThreads;  // (grid = M: every CTA's row is live)
+  const int nv = kOneRow || row_of() < M ? C / VEC : 0;
   const uint32_t ninf = rr::splat_word(from_acc<T>(neg_inf<float>()));
   float m = neg_inf<float>(), c = 0.f, s = 0.f, sx = 0.f;
-  for (int j0 = threadIdx.x; j0 < nv; j0 += NT * U) {
+  for (int j0 = t; j0 < nv; j0 += TPR * U) {
     uint32_t w[U][4];
 #pragma unroll
     for (int u = 0; u < U; ++u) {  // (all U loads issue before any is used)
-      const int j = j0 + u * NT;
+      const int j = j0 + u * TPR;
       const uint4 q = j < nv ? row[j] : make_uint4(ninf, ninf, ninf, ninf);
       w[u][0] = q.x, w[u][1] = q.y, w[u][2] = q.z, w[u][3] = q.w;
     }
@@ -474,37 +487,54 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
       for (int i = 0; i < 4; ++i) {
         const float a = rr::word_elem<T>(w[u][i], 0), b = rr::word_elem<T>(w[u][i], 1);
         s += exp2_ftz(fmaf(a, kLog2e, -c)) + exp2_ftz(fmaf(b, kLog2e, -c));
-        if (SMOOTH && j0 + u * NT < nv) sx += a + b;  // (the fill must not enter sum(x))
+        if (SMOOTH && j0 + u * TPR < nv) sx += a + b;  // (the fill must not enter sum(x))
       }
   }
   if (m != neg_inf<float>()) s = fabsf(m) < 0x1p16f ? s * exp2_ftz(-fmaf(m, kLog2e, -c)) : nan_of<float>();
-  const float mr = fold_cta<true>(m, sh);
-  float sr = fold_cta<false>(m == neg_inf<float>() ? 0.f : s * exp_ftz(m - mr), sh);
-  if (!(sr < INFINITY)) {  // (the same for every thread: a uniform branch)
+  const float mr = fold_row<TPR, true>(m, sh);
+  float sr = fold_row<TPR, false>(m == neg_inf<float>() ? 0.f : s * exp_ftz(m - mr), sh);
+  // The exact pass: uniform over the row, and for 32 < TPR < kStreamThreads over the CTA (its barriers), where every
+  // row takes it if one needs it and only that one keeps its result.
+  const bool redo = !(sr < INFINITY);
+  if (TPR > 32 && !kOneRow ? __syncthreads_or(redo) : redo) {
     s = 0.f;
-    for (int j = threadIdx.x; j < nv; j += NT) {
+    for (int j = t; j < nv; j += TPR) {
       const uint4 q = row[j];
       const uint32_t wq[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         s += exp_ftz(rr::word_elem<T>(wq[i], 0) - mr) + exp_ftz(rr::word_elem<T>(wq[i], 1) - mr);
     }
-    sr = fold_cta<false>(s, sh);
+    s = fold_row<TPR, false>(s, sh);
+    if (redo) sr = s;
   }
-  if (SMOOTH) sx = fold_cta<false>(sx, sh);
-  if (threadIdx.x == 0) {
-    const RowTarget<T> rt(true, target, r, t_stride, xr, C, ignore_index);
+  if (SMOOTH) sx = fold_row<TPR, false>(sx, sh);
+  if (t == 0 && (kOneRow || row_of() < M)) {
+    const int64_t r = row_of();
+    const RowTarget<T> rt(true, target, r, t_stride, x + r * xs, C, ignore_index);
     finish_row<T, SMOOTH>(loss, stats, r, {mr, sr}, sx, rt, C, ignore_index, smoothing);
   }
 }
 // MYOPS_CE_FOLD: whether 16-bit rows take fold_fwd_kernel: 1 (default) rows of kFoldMinBytes to kFoldMaxBytes on
 // devices of over 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200; not timed on the H100), 0 never, 2
-// always (A/B, tests). Read once.
-constexpr int64_t kFoldMinBytes = 16 * 1024, kFoldMaxBytes = 256 * 1024;
-inline bool ce_fold(int64_t row_bytes) {
+// always (A/B, tests). Its threads a row by the row's bytes: a warp under 8 KB, 128 threads under 16 KB, else a CTA;
+// MYOPS_CE_FOLD_TPR (32, 64, 128, 256) fixes them. H200, bf16 forward, unchecked / label_smoothing 0.1, % of copy,
+// the former policy (a warp per row) against the fold at 32 / 64 / 128 / 256 threads a row (session 50):
+//   [65536, 2048]   73.5 / 70.2 -> 82.0 / 78.0, 80.6 / 76.3, 55.5 / 47.8, 32.5 / 28.1
+//   [16384, 4096]   74.1 / 72.8 -> 79.2 / 74.9, 79.8 / 75.3, 81.0 / 77.5, 59.4 / 52.0
+//   [8192, 8192]    78.6 / 77.7 -> 82.0 / 77.5, 79.6 / 74.8, 82.1 / 77.4, 83.4 / 83.5
+//   [4096, 32000]   90.4 / 90.5 -> 91.2 / 89.3, 90.3 / 84.3, 91.3 / 84.9, 94.1 / 93.5
+// (The smoothed kernels under a CTA a row spill 8-12 bytes for bf16.) Read once. ce_fold: the threads a row, or 0
+// (not this kernel).
+constexpr int64_t kFoldMinBytes = 4 * 1024, kFoldMaxBytes = 256 * 1024;
+inline int ce_fold(int64_t row_bytes) {
   static const int mode = rr::env_knob("MYOPS_CE_FOLD", 1, [](int m) { return m >= 0 && m <= 2; });
-  if (mode != 1) return mode == 2;
-  return dram_rich_sms() && row_bytes >= kFoldMinBytes && row_bytes <= kFoldMaxBytes;
+  static const int fixed =
+      rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || t == 32 || t == 64 || t == 128 || t == 256; });
+  if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes >= kFoldMinBytes && row_bytes <= kFoldMaxBytes)))
+    return 0;
+  if (fixed) return fixed;
+  return row_bytes < 8 * 1024 ? 32 : row_bytes < 16 * 1024 ? 128 : kStreamThreads;
 }
 
 // MYOPS_CE_BULK: 1 (default) rows of kBulkMinBytes to kBulkMaxBytes take bulk_fwd_kernel (but fp32 rows on the
@@ -884,21 +914,36 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
                                     : stream(g, stream_fwd_kernel<T, false, false, 4, kStreamThreads, S>);
           };
           if constexpr (es == 2) {
-            if (M < (1LL << 31) && ce_fold(C * es)) {
+            if (const int ftpr = ce_fold(C * es); ftpr && M < (1LL << 31)) {
               rr::Geo g;
               g.threads = kStreamThreads;
-              const auto fold = [&](auto kernel) {
-                return rr::launch_as(dependent, g, M, kernel, st, static_cast<A*>(rows), static_cast<A*>(stats),
-                                     static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, (int)C, ignore_index,
-                                     (A)smoothing);
+              const auto fold = [&](auto tpr) {
+                constexpr int F = decltype(tpr)::value;
+                const auto go = [&](auto kernel) {
+                  return rr::launch_as(dependent, g, ceil_div(M, (int64_t)(kStreamThreads / F)), kernel, st,
+                                       static_cast<A*>(rows), static_cast<A*>(stats), static_cast<const T*>(x.ptr),
+                                       x.row_stride, target, t_stride, M, (int)C, ignore_index, (A)smoothing);
+                };
+                return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F>) : go(fold_fwd_kernel<T, false, F>);
               };
-              return smoothing != 0.0 ? fold(fold_fwd_kernel<T, true>) : fold(fold_fwd_kernel<T, false>);
+              switch (ftpr) {
+                case 32:
+                  return fold(std::integral_constant<int, 32>{});
+                case 64:
+                  return fold(std::integral_constant<int, 64>{});
+                case 128:
+                  return fold(std::integral_constant<int, 128>{});
+                default:
+                  return fold(std::integral_constant<int, kStreamThreads>{});
+              }
             }
           }
           const int tpr = ce_fwd_tpr(M, C * es, es);
           switch (tpr) {
-            case 32: return sub(std::integral_constant<int, 32>{});
-            case 64: return sub(std::integral_constant<int, 64>{});
+            case 32:
+              return sub(std::integral_constant<int, 32>{});
+            case 64:
+              return sub(std::integral_constant<int, 64>{});
             case 128: return sub(std::integral_constant<int, 128>{});
             default: break;
           }
