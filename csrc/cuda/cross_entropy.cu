@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(THREADS, 2) bulk_fwd_kernel(acc_t<T>* __restri
 template <int TPR, bool MAX>
 __device__ __forceinline__ float fold_row(float v, float* sh) {
 #pragma unroll
-  for (int o = (TPR < 32 ? TPR : 32) / 2; o > 0; o >>= 1) {
+  for (int o = 16; o > 0; o >>= 1) {  // (TPR >= 32)
     const float y = __shfl_xor_sync(0xffffffffu, v, o);
     v = MAX ? fmaxf(v, y) : v + y;
   }
