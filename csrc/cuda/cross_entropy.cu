@@ -441,7 +441,6 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
                     int64_t t_stride, int64_t M, int C, int64_t ignore_index, float smoothing) {
   static_assert(sizeof(T) == 2, "16-bit logits");
   static_assert(TPR >= 32 && TPR <= kStreamThreads && (TPR & (TPR - 1)) == 0, "TPR: a power of 2 of warps");
-  using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
   constexpr int U = 4, VEC = 8;
   __shared__ float sh[kStreamThreads / 32];
   pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
@@ -456,25 +455,15 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
   const uint32_t ninf = rr::splat_word(from_acc<T>(neg_inf<float>()));
   float m = neg_inf<float>(), c = 0.f, s = 0.f, sx = 0.f;
   for (int j0 = t; j0 < nv; j0 += TPR * U) {
-    uint32_t w[U][4];
+    rr::Regs<T, U> v;  // (its words; the loads are this kernel's own, bounded by vectors)
+    auto& w = v.u;
 #pragma unroll
     for (int u = 0; u < U; ++u) {  // (all U loads issue before any is used)
       const int j = j0 + u * TPR;
       const uint4 q = j < nv ? row[j] : make_uint4(ninf, ninf, ninf, ninf);
       w[u][0] = q.x, w[u][1] = q.y, w[u][2] = q.z, w[u][3] = q.w;
     }
-    uint32_t mw = ninf;
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        T2 a, b;
-        memcpy(&a, &mw, 4);
-        memcpy(&b, &w[u][i], 4);
-        const T2 h = __hmax2(a, b);
-        memcpy(&mw, &h, 4);
-      }
-    const float mx = fmaxf(m, fmaxf(rr::word_elem<T>(mw, 0), rr::word_elem<T>(mw, 1)));
+    const float mx = fmaxf(m, rr::thread_max<T, U>(v));  // (on the packed words)
     if (mx > m) {  // never from -inf to -inf; from -inf, s is 0
       const float cn = mx * kLog2e;
       s = m == neg_inf<float>() ? s : s * exp2_ftz(c - cn);
