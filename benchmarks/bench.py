@@ -199,7 +199,7 @@ CASES = [
          backward=True, shape=(1024, 262144), variant="V=262144 unchecked"),
     Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, label_smoothing=0.1, check_target=False),
          lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), backward=True, shape=(4096, 32000),
-         variant="smoothing unchecked"),
+         variant="smoothing unchecked", ref64=True),  # (fp16 eager sums a row's 32000 log-probabilities to inf)
     # cos/sin are buffers in a model: only x is differentiated.
     Case("rope", rope_inputs(False), ops.rope, rope_eager(False), backward=True, variant="[S,H,D]",
          shape=(16384, 32, 128), grad_inputs=(0,), bwd_bytes=rope_bwd_bytes, ref64=True),

@@ -423,9 +423,12 @@ def test_graph_replay(dtype):
                                  {"MYOPS_CE_WARP": "2"}, {"MYOPS_CE_TPR": "64"}, {"MYOPS_CE_TPR": "128"},
                                  {"MYOPS_CE_FOLD": "2"}, {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "32"},
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "64"},
-                                 {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "128"}],
+                                 {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "128"},
+                                 {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "8"},
+                                 {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "16"},
+                                 {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "4"}],
                          ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128", "fold", "fold32", "fold64",
-                              "fold128"])
+                              "fold128", "fold8", "fold16", "fold4"])
 def test_forward_variants(env, tmp_path):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
     the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
@@ -433,12 +436,13 @@ def test_forward_variants(env, tmp_path):
     KB); MYOPS_CE_WARP=2: a warp per row for every row (by default rows up to 64 KB when there are enough to fill
     the SMs); MYOPS_CE_TPR=64 / 128: that many threads a row, several rows a CTA (by default fp32 rows of 16-64 KB
     on the H200), the last CTA's rows past the end included; MYOPS_CE_FOLD=2: the fold kernel for every 16-bit row
-    (MYOPS_CE_FOLD_TPR=32 / 64 / 128: that many threads a row, several rows a CTA). Rows far longer and far shorter
-    than a CTA's or cluster's threads (C = 8: one thread holds the row), a partial last group (C = 1000, 16000),
-    smoothing, an ignored row, and test_extreme_logits' rows (a CTA's rows redone exactly beside rows that are not);
-    loss and gradient against float64."""
+    (MYOPS_CE_FOLD_TPR=4 / 8 / 16 / 32 / 64 / 128: that many threads a row, several rows a CTA, or a warp). Rows far
+    longer and far shorter than a CTA's or cluster's threads (C = 8: one thread holds the row), a partial last group
+    (C = 1000, 16000), a warp whose last rows are past the end (37 rows), smoothing, an ignored row, and
+    test_extreme_logits' rows (a CTA's or warp's rows redone exactly beside rows that are not); loss and gradient
+    against float64."""
     cases = []
-    for shape in [(5, 32000), (4, 16000), (3, 4096), (7, 1000), (2, 8)]:
+    for shape in [(5, 32000), (4, 16000), (3, 4096), (7, 1000), (37, 1024), (2, 8)]:
         for dtype in (torch.float32, torch.bfloat16):
             for smoothing in (0.0, 0.1):
                 x = make_tensor(shape, dtype, "cpu", seed=shape[1]) * 4

@@ -391,7 +391,7 @@ __global__ void __launch_bounds__(THREADS, 2) bulk_fwd_kernel(acc_t<T>* __restri
       row_stats<T, SMOOTH, U>(red, reinterpret_cast<const T*>(bulk_row), C, threadIdx.x, THREADS, sum_x, landed);
   if (threadIdx.x == 0) finish_row<T, SMOOTH>(loss, stats, r, ms, sum_x, rt, C, ignore_index, smoothing);
 }
-// ---- 16-bit rows of 4-256 KB on the H200: the fold alone in registers -------------------------------------------
+// ---- 16-bit rows of up to 256 KB on the H200: the fold alone in registers ----------------------------------------
 // TPR threads a row (a CTA for rows of 16 KB and more; see ce_fold), each CTA its rows once (no row loop), whose
 // threads hold nothing but U 16-byte vectors in flight and the running (m, c, s) of row_share's log2 fold (and the
 // sum of x, SMOOTH): 32 registers, so eight 256-thread CTAs share an SM (the stream kernel's 56 allow four: half the
@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(THREADS, 2) bulk_fwd_kernel(acc_t<T>* __restri
 template <int TPR, bool MAX>
 __device__ __forceinline__ float fold_row(float v, float* sh) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {  // (TPR >= 32)
+  for (int o = (TPR < 32 ? TPR : 32) / 2; o > 0; o >>= 1) {  // (TPR < 32: the xor stays in the row's lanes)
     const float y = __shfl_xor_sync(0xffffffffu, v, o);
     v = MAX ? fmaxf(v, y) : v + y;
   }
@@ -430,8 +430,9 @@ __device__ __forceinline__ float fold_row(float v, float* sh) {
   }
   return v;
 }
-// TPR threads a row (32 to kStreamThreads), kStreamThreads / TPR rows a CTA, each CTA its rows once (grid = M / rows
-// a CTA, no row loop). A thread of a row past M loads nothing (TPR > 32: it still takes the CTA's barriers).
+// TPR threads a row (4 to kStreamThreads), kStreamThreads / TPR rows a CTA, each CTA its rows once (grid = M / rows
+// a CTA, no row loop). A thread of a row past M loads nothing but still takes its warp's shuffles (TPR < 32) or the
+// CTA's barriers (TPR > 32); a warp whose rows are all past M returns.
 template <class T, bool SMOOTH, int TPR>
 __global__ void __launch_bounds__(kStreamThreads, 8)
     fold_fwd_kernel(float* __restrict__ loss,             // [M]
@@ -440,17 +441,18 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
                     const int64_t* __restrict__ target,   // [M]
                     int64_t t_stride, int64_t M, int C, int64_t ignore_index, float smoothing) {
   static_assert(sizeof(T) == 2, "16-bit logits");
-  static_assert(TPR >= 32 && TPR <= kStreamThreads && (TPR & (TPR - 1)) == 0, "TPR: a power of 2 of warps");
+  static_assert(TPR >= 4 && TPR <= kStreamThreads && (TPR & (TPR - 1)) == 0, "TPR: a power of 2, 4 and up");
   constexpr int U = 4, VEC = 8;
   __shared__ float sh[kStreamThreads / 32];
   pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
   // (the row's index and pointer are taken again at the end from the parameters: kept live through the fold, they
   // made the smoothed kernels spill)
   const auto row_of = [&] { return (int64_t)blockIdx.x * (kStreamThreads / TPR) + threadIdx.x / TPR; };
-  if (TPR == 32 && row_of() >= M) return;  // (a warp's row: no CTA barrier)
+  constexpr bool kOneRow = TPR == kStreamThreads;  // (grid = M: every CTA's row is live)
+  if (TPR <= 32 && (int64_t)blockIdx.x * (kStreamThreads / TPR) + threadIdx.x / 32 * (32 / TPR) >= M)
+    return;  // (the warp's rows are past M; no CTA barrier)
   const int t = (int)(threadIdx.x % TPR);
   const uint4* __restrict__ row = reinterpret_cast<const uint4*>(x + row_of() * xs);  // [C / 8]
-  constexpr bool kOneRow = TPR == kStreamThreads;  // (grid = M: every CTA's row is live)
   const int nv = kOneRow || row_of() < M ? C / VEC : 0;
   const uint32_t ninf = rr::splat_word(from_acc<T>(neg_inf<float>()));
   float m = neg_inf<float>(), c = 0.f, s = 0.f, sx = 0.f;
@@ -482,10 +484,11 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
   if (m != neg_inf<float>()) s = fabsf(m) < 0x1p16f ? s * exp2_ftz(-fmaf(m, kLog2e, -c)) : nan_of<float>();
   const float mr = fold_row<TPR, true>(m, sh);
   float sr = fold_row<TPR, false>(m == neg_inf<float>() ? 0.f : s * exp_ftz(m - mr), sh);
-  // The exact pass: uniform over the row, and for 32 < TPR < kStreamThreads over the CTA (its barriers), where every
-  // row takes it if one needs it and only that one keeps its result.
+  // The exact pass: uniform over the row, and over the warp (TPR < 32: its shuffles) or for 32 < TPR <
+  // kStreamThreads over the CTA (its barriers), where every row takes it if one needs it and only that one keeps its
+  // result.
   const bool redo = !(sr < INFINITY);
-  if (TPR > 32 && !kOneRow ? __syncthreads_or(redo) : redo) {
+  if (TPR > 32 && !kOneRow ? __syncthreads_or(redo) : TPR < 32 ? __any_sync(0xffffffffu, redo) : redo) {
     s = 0.f;
     for (int j = t; j < nv; j += TPR) {
       const uint4 q = row[j];
@@ -504,26 +507,47 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
     finish_row<T, SMOOTH>(loss, stats, r, {mr, sr}, sx, rt, C, ignore_index, smoothing);
   }
 }
-// MYOPS_CE_FOLD: whether 16-bit rows take fold_fwd_kernel: 1 (default) rows of kFoldMinBytes to kFoldMaxBytes on
-// devices of over 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200; not timed on the H100), 0 never, 2
-// always (A/B, tests). Its threads a row by the row's bytes: a warp under 8 KB, 128 threads under 16 KB, else a CTA;
-// MYOPS_CE_FOLD_TPR (32, 64, 128, 256) fixes them. H200, bf16 forward, unchecked / label_smoothing 0.1, % of copy,
-// the former policy (a warp per row) against the fold at 32 / 64 / 128 / 256 threads a row (session 50):
+// MYOPS_CE_FOLD: whether 16-bit rows take fold_fwd_kernel: 1 (default) rows of up to kFoldMaxBytes on devices of
+// over 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200; not timed on the H100), 0 never, 2 always (A/B,
+// tests). Its threads a row by the row's bytes: 4 up to 1 KB, 8 under 8 KB, 128 under 16 KB, else a CTA;
+// MYOPS_CE_FOLD_TPR (4 to 256, a power of 2) fixes them. H200, bf16 forward, unchecked / label_smoothing 0.1, % of
+// copy, the former policy (a warp per row) against the fold at 32 / 64 / 128 / 256 threads a row (session 50):
 //   [65536, 2048]   73.5 / 70.2 -> 82.0 / 78.0, 80.6 / 76.3, 55.5 / 47.8, 32.5 / 28.1
 //   [16384, 4096]   74.1 / 72.8 -> 79.2 / 74.9, 79.8 / 75.3, 81.0 / 77.5, 59.4 / 52.0
 //   [8192, 8192]    78.6 / 77.7 -> 82.0 / 77.5, 79.6 / 74.8, 82.1 / 77.4, 83.4 / 83.5
 //   [4096, 32000]   90.4 / 90.5 -> 91.2 / 89.3, 90.3 / 84.3, 91.3 / 84.9, 94.1 / 93.5
-// (The smoothed kernels under a CTA a row spill 8-12 bytes for bf16.) Read once. ce_fold: the threads a row, or 0
-// (not this kernel).
-constexpr int64_t kFoldMinBytes = 4 * 1024, kFoldMaxBytes = 256 * 1024;
+// and rows under 8 KB, unchecked, a warp per row (the stream kernel) against the fold at 4 / 8 / 16 / 32 threads a
+// row (session 51, one round each; "-" not timed):
+//   [1048576, 128]  7.6 -> 23.4, 20.0-20.2, 14.9, 10.1
+//   [524288, 256]   14.9 -> 37.5, 36.0-36.9, 28.9, 19.6
+//   [131072, 512]   28.8 -> 55.8, 54.0-54.2, 52.9, 38.0
+//   [262144, 1000]  52.2 -> -, 69.2, 69.7, 68.1
+//   [65536, 1024]   51.4 -> -, 69.5, 67.5, 66.4
+//   [131072, 1536]  60.7 -> -, 79.7, 78.5, 75.8
+//   [32768, 1920]   65.6 -> -, 75.0, 73.1, 74.4
+//   [32768, 2048]   - -> -, 78.9, -, 77.2 ([65536, 2048]: 84.0 at 8)
+//   [16384, 3072]   - -> -, 75.5, -, 74.4
+// Short rows pay for their fixed tail (the reductions, then the target's two dependent loads): fewer threads a row
+// put more rows in flight in each warp. An L2 prefetch of the target at the kernel's start changed nothing (within
+// 1 point either way at 16 and 32 threads a row), so the kernel has none. (The bf16 smoothed kernels spill 4-12
+// bytes under a CTA a row: [131072, 512] 52.5 against fp16's 55.6, [65536, 2048] 77.8 against 83.4.) Read once.
+// ce_fold: the threads a row, or 0 (not this kernel).
+constexpr int64_t kFoldMaxBytes = 256 * 1024;
+// f(std::integral_constant<int, P>{}) for the power of 2 P = p of Lo to Hi (Hi for any other p).
+template <int Lo, int Hi, class F>
+int with_pow2(int p, F&& f) {
+  if constexpr (Lo >= Hi)
+    return f(std::integral_constant<int, Hi>{});
+  else
+    return p == Lo ? f(std::integral_constant<int, Lo>{}) : with_pow2<Lo * 2, Hi>(p, f);
+}
 inline int ce_fold(int64_t row_bytes) {
   static const int mode = rr::env_knob("MYOPS_CE_FOLD", 1, [](int m) { return m >= 0 && m <= 2; });
   static const int fixed =
-      rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || t == 32 || t == 64 || t == 128 || t == 256; });
-  if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes >= kFoldMinBytes && row_bytes <= kFoldMaxBytes)))
-    return 0;
+      rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || (t >= 4 && t <= 256 && (t & (t - 1)) == 0); });
+  if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes <= kFoldMaxBytes))) return 0;
   if (fixed) return fixed;
-  return row_bytes < 8 * 1024 ? 32 : row_bytes < 16 * 1024 ? 128 : kStreamThreads;
+  return row_bytes <= 1024 ? 4 : row_bytes < 8 * 1024 ? 8 : row_bytes < 16 * 1024 ? 128 : kStreamThreads;
 }
 
 // MYOPS_CE_BULK: 1 (default) rows of kBulkMinBytes to kBulkMaxBytes take bulk_fwd_kernel (but fp32 rows on the
@@ -915,16 +939,7 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
                 };
                 return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F>) : go(fold_fwd_kernel<T, false, F>);
               };
-              switch (ftpr) {
-                case 32:
-                  return fold(std::integral_constant<int, 32>{});
-                case 64:
-                  return fold(std::integral_constant<int, 64>{});
-                case 128:
-                  return fold(std::integral_constant<int, 128>{});
-                default:
-                  return fold(std::integral_constant<int, kStreamThreads>{});
-              }
+              return with_pow2<4, kStreamThreads>(ftpr, fold);
             }
           }
           const int tpr = ce_fwd_tpr(M, C * es, es);
