@@ -197,6 +197,9 @@ CASES = [
          backward=True, shape=(4096, 32000), variant="unchecked"),
     Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, check_target=False), F.cross_entropy,
          backward=True, shape=(1024, 262144), variant="V=262144 unchecked"),
+    # many short rows: the loss's reduction over M = 262144 rows (MYOPS_CE_PARTS)
+    Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, check_target=False), F.cross_entropy,
+         backward=True, shape=(262144, 1000), variant="V=1000 unchecked"),
     Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, label_smoothing=0.1, check_target=False),
          lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), backward=True, shape=(4096, 32000),
          variant="smoothing unchecked", ref64=True),  # (fp16 eager sums a row's 32000 log-probabilities to inf)

@@ -472,3 +472,47 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
         (dref,) = torch.autograd.grad(ref, x64, g.double())
         check_close(loss, ref, x.dtype, what=f"loss {tuple(x.shape)} {x.dtype} smoothing {smoothing}")
         check_close(dx, dref, x.dtype, what=f"grad {tuple(x.shape)} {x.dtype} smoothing {smoothing}")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("parts", ["1", "2"])
+def test_loss_parts(parts, tmp_path):
+    """The GPU's "mean" / "sum" over many rows in parts (MYOPS_CE_PARTS, read once per process: run in a
+    subprocess): 1 reduces M >= 16384 rows in parts of 4096, 2 every M > 1 in parts of 3 rows (a short last part
+    included). Loss and gradient against float64 for ignored rows, a strided target, every row ignored (mean: NaN),
+    one row, the backward's count alone ("mean") and its factor unscaled ("sum"); the same loss twice, bit for bit
+    (the parts' order is fixed)."""
+    cases = []
+    for M, C in [(1, 40), (5, 40), (7, 1000), (3001, 64), (20000, 24)]:
+        for dtype in (torch.float32, torch.bfloat16, torch.float64):
+            for reduction in ("mean", "sum"):
+                x = make_tensor((M, C), dtype, "cpu", seed=M + C) * 3
+                t = targets(M, C, "cpu", M)
+                cases.append((x, t, reduction))
+    cases.append((make_tensor((9, 16), torch.float32, "cpu", seed=9), torch.full((9,), -100), "mean"))
+    torch.save(cases, tmp_path / "in.pt")
+    code = f"""import torch, ops
+out = []
+for x, t, reduction in torch.load({str(tmp_path / "in.pt")!r}):
+    x = x.cuda().requires_grad_()
+    t2 = torch.zeros(2 * t.numel(), dtype=t.dtype, device="cuda")
+    t2[::2] = t.cuda()
+    t = t2[::2]  # (a strided target)
+    loss = ops.cross_entropy(x, t, -100, 0.0, reduction)
+    again = ops.cross_entropy(x.detach(), t, -100, 0.0, reduction)
+    (dx,) = torch.autograd.grad(loss, x, torch.tensor(0.75, dtype=x.dtype, device="cuda"))
+    out.append((loss.detach().cpu(), again.cpu(), dx.cpu()))
+torch.save(out, {str(tmp_path / "out.pt")!r})
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_PARTS=parts),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for (x, t, reduction), (loss, again, dx) in zip(cases, torch.load(tmp_path / "out.pt")):
+        what = f"{tuple(x.shape)} {x.dtype} {reduction}"
+        x64 = x.double().requires_grad_()
+        ref = F.cross_entropy(x64, t, ignore_index=-100, reduction=reduction)
+        (dref,) = torch.autograd.grad(ref, x64, torch.tensor(0.75, dtype=torch.float64))
+        check_close(loss, ref, x.dtype, what=f"loss {what}")
+        check_close(dx, dref, x.dtype, what=f"grad {what}")
+        assert torch.equal(loss, again) or (loss.isnan() and again.isnan()), what

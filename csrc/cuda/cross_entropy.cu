@@ -478,8 +478,15 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
       for (int i = 0; i < 4; ++i) {
         const float a = rr::word_elem<T>(w[u][i], 0), b = rr::word_elem<T>(w[u][i], 1);
         s += exp2_ftz(fmaf(a, kLog2e, -c)) + exp2_ftz(fmaf(b, kLog2e, -c));
-        if (SMOOTH && j0 + u * TPR < nv) sx += a + b;  // (the fill must not enter sum(x))
       }
+    // The sum of x after the exps, from the words again: summed beside them, bf16's kept a, b and the fill's test
+    // live together and spilled 4-12 bytes under 256 threads a row (ptxas; same sums, same order).
+    if (SMOOTH)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (j0 + u * TPR < nv)  // (the fill must not enter sum(x))
+#pragma unroll
+          for (int i = 0; i < 4; ++i) sx += rr::word_elem<T>(w[u][i], 0) + rr::word_elem<T>(w[u][i], 1);
   }
   if (m != neg_inf<float>()) s = fabsf(m) < 0x1p16f ? s * exp2_ftz(-fmaf(m, kLog2e, -c)) : nan_of<float>();
   const float mr = fold_row<TPR, true>(m, sh);
@@ -529,9 +536,9 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
 //   [16384, 3072]   - -> -, 75.5, -, 74.4
 // Short rows pay for their fixed tail (the reductions, then the target's two dependent loads): fewer threads a row
 // put more rows in flight in each warp. An L2 prefetch of the target at the kernel's start changed nothing (within
-// 1 point either way at 16 and 32 threads a row), so the kernel has none. (The bf16 smoothed kernels spill 4-12
-// bytes under a CTA a row: [131072, 512] 52.5 against fp16's 55.6, [65536, 2048] 77.8 against 83.4.) Read once.
-// ce_fold: the threads a row, or 0 (not this kernel).
+// 1 point either way at 16 and 32 threads a row), so the kernel has none. (The bf16 smoothed kernels, which spilled
+// 4-12 bytes under 256 threads a row, read [131072, 512] 52.5 against fp16's 55.6, [65536, 2048] 77.8 against 83.4;
+// they no longer spill, not yet timed.) Read once. ce_fold: the threads a row, or 0 (not this kernel).
 constexpr int64_t kFoldMaxBytes = 256 * 1024;
 // f(std::integral_constant<int, P>{}) for the power of 2 P = p of Lo to Hi (Hi for any other p).
 template <int Lo, int Hi, class F>
@@ -730,38 +737,110 @@ template <class A> __device__ void cta_sum(A& v, long long& n) {
   }
 }
 
+// This thread's share of rows [r0, r1) (threadIdx.x, then every kScalarThreads-th): v = the sum of losses[r] (losses
+// null: none) and n = the count of targets not ignore_index (mean), in a fixed order. With losses (the forward) the
+// targets are counted before pdl_wait (see scalar_kernel), else after it.
+template <class A>
+__device__ __forceinline__ void rows_sum_count(A& v, long long& n, const A* __restrict__ losses,
+                                               const int64_t* __restrict__ target, int64_t t_stride, int64_t r0,
+                                               int64_t r1, int64_t ignore_index, int mean) {
+  n = 0;
+  const auto count = [&] {
+    if (mean)
+      for (int64_t r = r0 + threadIdx.x; r < r1; r += kScalarThreads) n += target[r * t_stride] != ignore_index;
+  };
+  if (losses) count();
+  pdl_wait();
+  if (!losses) count();
+  v = A(0);
+  if (losses) {
+#pragma unroll 4
+    for (int64_t r = r0 + threadIdx.x; r < r1; r += kScalarThreads) v += losses[r];
+  }
+}
+
 // out[0] = total / (mean ? the count of rows whose target is not ignore_index : 1) in Out, where total is
-// sum_r in[r] (rows = 1: the forward's loss of reduction sum/mean from the rows' losses) or in[0] (rows = 0: the
+// sum_r losses[r] (the forward's loss of reduction sum/mean from the rows' losses) or, losses null, in[0] (the
 // backward's per-row factor from the loss's gradient), in A and a fixed order (deterministic). Every row ignored:
 // 0 / 0 = NaN, as F.cross_entropy.
-// The forward's (rows = 1) primary is its row kernel, which only reads target and started after whatever wrote it
+// The forward's primary is its row kernel, which only reads target and started after whatever wrote it
 // (plainly, or as a dependent of the target check, itself launched plainly), so the targets are counted before
 // pdl_wait, while that kernel runs; after it, one batch of loads of the losses (four in flight a thread) is left,
 // where each row's two loads in one loop took dependent round trips to L2. H100, [4096, 32000] forward, % of copy,
 // two rounds: unchecked bf16 91.9 / 91.9 -> 92.3 / 92.4, fp32 97.2 / 97.2 -> 97.4 / 97.4 (session 35).
 template <class A, class In, class Out>
-__global__ void __launch_bounds__(kScalarThreads) scalar_kernel(Out* __restrict__ out,              // []
-                                                                const In* __restrict__ in,          // [M] or []
-                                                                int rows,
-                                                                const int64_t* __restrict__ target,  // [M]
-                                                                int64_t t_stride, int64_t M, int64_t ignore_index,
-                                                                int mean) {
-  long long n = 0;
-  const auto count = [&] {
-    if (mean)
-      for (int64_t r = threadIdx.x; r < M; r += kScalarThreads) n += target[r * t_stride] != ignore_index;
-  };
-  if (rows) count();
+__global__ void __launch_bounds__(kScalarThreads)
+    scalar_kernel(Out* __restrict__ out,               // []
+                  const A* __restrict__ losses,        // [M] or null
+                  const In* __restrict__ in,           // [] or null
+                  const int64_t* __restrict__ target,  // [M]
+                  int64_t t_stride, int64_t M, int64_t ignore_index, int mean) {
+  A v;
+  long long n;
+  rows_sum_count<A>(v, n, losses, target, t_stride, 0, M, ignore_index, mean);
+  cta_sum(v, n);
+  if (threadIdx.x == 0) {
+    const A total = losses ? v : to_acc(in[0]);
+    out[0] = from_acc<Out>(mean ? total / A(n) : total);
+  }
+}
+
+// ---- the loss's scalar over many rows: scalar_kernel's one CTA reads M losses and M targets (12 bytes a row) at one
+// SM's rate. H200, bf16 unchecked forward (session 51): the time past the logits' bytes at the copy's speed was 12.6
+// us at M = 65536, 25.6 at 131072, 56 at 262144 and 216 at 1048576, 56-62 GB/s of those 12 bytes a row at every row
+// length (128 to 2048): by that estimate, the one CTA's reads after the row kernel. Over ce_parts(M) parts,
+// part_kernel's CTAs each reduce a chunk of rows into parts [2, P] (the sum of their losses and the count of their
+// targets not ignored), then one CTA (parts_total_kernel) sums the parts in their order: deterministic for a given
+// M, as scalar_kernel. Not yet timed (nor run) on a GPU, hence off by default.
+constexpr int64_t kPartRows = 4096;  // (rows a part reduces, four a thread)
+constexpr int64_t kMaxParts = 1024;  // (M up to 2^24 of them: a part's count exact in fp32)
+// MYOPS_CE_PARTS: 0 (default until timed on a GPU) one CTA for every M; 1 parts of kPartRows rows from M = 4
+// kPartRows; 2 parts of 3 rows for every M > 1 (tests). The parts' count for M rows, or 0 (one CTA). Read once.
+inline int64_t ce_parts(int64_t M) {
+  static const int mode = rr::env_knob("MYOPS_CE_PARTS", 0, [](int m) { return m >= 0 && m <= 2; });
+  if (mode == 0 || M < 2 || (mode == 1 && M < 4 * kPartRows) || M > (kMaxParts << 24)) return 0;
+  const int64_t chunk = ceil_div(M, std::min(kMaxParts, ceil_div(M, mode == 2 ? 3 : kPartRows)));
+  return ceil_div(M, chunk);
+}
+
+// Part b of P = gridDim.x over rows [b chunk, (b + 1) chunk): parts[b] = the sum of their losses (null: none, the
+// backward's count alone) and parts[P + b] = the count of their targets not ignore_index (mean; else 0), both in A.
+template <class A>
+__global__ void __launch_bounds__(kScalarThreads)
+    part_kernel(A* __restrict__ parts,               // [2, P]
+                const A* __restrict__ losses,        // [M] or null
+                const int64_t* __restrict__ target,  // [M]
+                int64_t t_stride, int64_t M, int64_t chunk, int64_t ignore_index, int mean) {
+  pdl_trigger();  // (parts_total_kernel, launched next, waits for this grid's completion in pdl_wait)
+  const int64_t r0 = (int64_t)blockIdx.x * chunk, r1 = r0 + chunk < M ? r0 + chunk : M;
+  A v;
+  long long n;
+  rows_sum_count<A>(v, n, losses, target, t_stride, r0, r1, ignore_index, mean);
+  cta_sum(v, n);
+  if (threadIdx.x == 0) {
+    parts[blockIdx.x] = v;
+    parts[gridDim.x + blockIdx.x] = A(n);
+  }
+}
+
+// out[0] = total / (mean ? the parts' count : 1) in Out, where total is the parts' sum (in null: the forward) or
+// in[0] (the backward's factor from the loss's gradient); as scalar_kernel's.
+template <class A, class In, class Out>
+__global__ void __launch_bounds__(kScalarThreads) parts_total_kernel(Out* __restrict__ out,        // []
+                                                                     const A* __restrict__ parts,  // [2, P]
+                                                                     int64_t P,
+                                                                     const In* __restrict__ in,  // [] or null
+                                                                     int mean) {
   pdl_wait();
-  if (!rows) count();
   A v = A(0);
-  if (rows) {
-#pragma unroll 4
-    for (int64_t r = threadIdx.x; r < M; r += kScalarThreads) v += to_acc(in[r]);
+  long long n = 0;
+  for (int64_t b = threadIdx.x; b < P; b += kScalarThreads) {
+    v += parts[b];
+    n += (long long)parts[P + b];
   }
   cta_sum(v, n);
   if (threadIdx.x == 0) {
-    const A total = rows ? v : to_acc(in[0]);
+    const A total = in ? to_acc(in[0]) : v;
     out[0] = from_acc<Out>(mean ? total / A(n) : total);
   }
 }
@@ -772,6 +851,25 @@ template <class K, class... Args> int launch_scalar(cudaStream_t st, K kernel, A
   rr::Geo g;
   g.threads = kScalarThreads;
   return rr::launch_dependent(g, 1, kernel, st, args...);
+}
+// out[0] from rows (the forward's row losses [M]; null: the backward's factor from in[0]) by one CTA, or where parts
+// (a workspace of 2 ce_parts(M) elements, or null) is given and ce_parts(M) > 0 by part_kernel's CTAs and
+// parts_total_kernel, each a programmatic dependent of the kernel before it. The backward's "sum" counts nothing:
+// one CTA.
+template <class A, class In, class Out>
+int launch_loss_scalar(cudaStream_t st, Out* out, const A* rows, const In* in, A* parts, const int64_t* target,
+                       int64_t t_stride, int64_t M, int64_t ignore_index, int mean) {
+  const int64_t P = parts != nullptr && (rows != nullptr || mean) ? ce_parts(M) : 0;
+  if (P == 0)
+    return launch_scalar(st, scalar_kernel<A, In, Out>, out, rows, rows ? nullptr : in, target, t_stride, M,
+                         ignore_index, mean);
+  rr::Geo g;
+  g.threads = kScalarThreads;
+  const int rc = rr::launch_dependent(g, P, part_kernel<A>, st, parts, rows, target, t_stride, M, ceil_div(M, P),
+                                      ignore_index, mean);
+  if (rc) return rc;
+  return launch_scalar(st, parts_total_kernel<A, In, Out>, out, static_cast<const A*>(parts), P, rows ? nullptr : in,
+                       mean);
 }
 
 // The check's slots: *used of check_host's `slots` (one per CTA of the check), and their device address in *dev
@@ -885,7 +983,8 @@ int check_then_forward(int64_t* check_host, int64_t slots, int64_t* bad_row, con
 }  // namespace
 
 // rows [M] and stats [M, 2] (acc type): the rows' losses and (max, log-sum); loss [] (logits' dtype, or null for
-// reduction "none"): their sum (mean = 0) or mean over the rows not ignored (mean = 1). check_host [slots] (pinned
+// reduction "none"): their sum (mean = 0) or mean over the rows not ignored (mean = 1), where rows holds
+// M + myops_cross_entropy_parts_cuda(M) elements (the rest: the reduction's workspace). check_host [slots] (pinned
 // host memory) is the target check's scratch, or null (no check: a bad target's row gets a NaN loss).
 // *bad_row = 1 + the least row whose target is outside [0, C) and not ignore_index, else 0.
 extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* stats, int64_t* check_host,
@@ -977,8 +1076,8 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
     return check_then_forward(check_host, slots, bad_row, target, t_stride, M, C, ignore_index, st, [&](bool dep) {
       const int rc = row_kernel(dep);
       if (rc || loss == nullptr) return rc;
-      return launch_scalar(st, scalar_kernel<A, A, T>, static_cast<T*>(loss), static_cast<const A*>(rows), 1, target,
-                           t_stride, M, ignore_index, mean);
+      return launch_loss_scalar(st, static_cast<T*>(loss), static_cast<const A*>(rows), static_cast<const A*>(nullptr),
+                                static_cast<A*>(rows) + M, target, t_stride, M, ignore_index, mean);
     });
   });
 }
@@ -1038,14 +1137,20 @@ extern "C" int myops_cross_entropy_check_wait_cuda(void* event, const int64_t* c
   return check_wait(static_cast<cudaEvent_t>(event), check_host, used, bad_row);
 }
 
-// g (acc type, one element) = grad (the loss's gradient, a scalar in the logits' dtype) for reduction "sum"
-// (mean = 0), divided by the count of rows not ignored for "mean" (mean = 1).
+// The elements of the loss's reduction workspace for M rows (ce_parts): after rows' M in the forward, after g's first
+// in the backward's factor.
+extern "C" int64_t myops_cross_entropy_parts_cuda(int64_t M) { return 2 * ce_parts(M); }
+
+// g[0] (acc type) = grad (the loss's gradient, a scalar in the logits' dtype) for reduction "sum" (mean = 0),
+// divided by the count of rows not ignored for "mean" (mean = 1); g holds 1 + myops_cross_entropy_parts_cuda(M)
+// elements (the rest: the count's workspace).
 extern "C" int myops_cross_entropy_grad_scale_cuda(void* g, const void* grad, const int64_t* target, int64_t t_stride,
                                                    int64_t M, int64_t ignore_index, int mean, int dtype, void* stream) {
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    return launch_scalar(static_cast<cudaStream_t>(stream), scalar_kernel<acc_t<T>, T, acc_t<T>>,
-                         static_cast<acc_t<T>*>(g), static_cast<const T*>(grad), 0, target, t_stride, M, ignore_index,
-                         mean);
+    using A = acc_t<T>;
+    return launch_loss_scalar(static_cast<cudaStream_t>(stream), static_cast<A*>(g), static_cast<const A*>(nullptr),
+                              static_cast<const T*>(grad), static_cast<A*>(g) + 1, target, t_stride, M, ignore_index,
+                              mean);
   });
 }

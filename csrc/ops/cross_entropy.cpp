@@ -43,6 +43,10 @@ myops::Kernel<BwdCuda> k_bwd_cuda("myops_cross_entropy_backward_cuda");
 // (csrc/cuda/cross_entropy.cu)
 using ScalarCuda = int (*)(void*, const void*, const int64_t*, int64_t, int64_t, int64_t, int, int, void*);
 myops::Kernel<ScalarCuda> k_grad_scale_cuda("myops_cross_entropy_grad_scale_cuda");
+// (M) -> the elements of the loss's reduction workspace, after the forward's M row losses and after the backward's
+// factor (csrc/cuda/cross_entropy.cu)
+using PartsCuda = int64_t (*)(int64_t);
+myops::Kernel<PartsCuda> k_parts_cuda("myops_cross_entropy_parts_cuda");
 // the target check alone, and its wait (csrc/cuda/cross_entropy.cu): the deferred check of the autograd below
 using CheckCuda = int (*)(int64_t*, int64_t, int64_t*, void**, const int64_t*, int64_t, int64_t, int64_t, int64_t,
                           void*);
@@ -114,9 +118,15 @@ std::tuple<at::Tensor, at::Tensor> cross_entropy(const at::Tensor& logits, const
   const int64_t kept = logits.is_cuda() ? -1 : check_cpu_targets(t1, C, ignore_index, check_target);
   int64_t bad_row = 0;  // GPU: 1 + the least row whose target is bad, or 0
   const auto stat_opts = logits.options().dtype(myops::stat_dtype(logits));
-  at::Tensor rows = at::empty({M}, stat_opts), stats = at::empty({M, 2}, stat_opts);
-  // reduction sum/mean on the GPU: the forward launcher reduces rows into loss before it waits for the check
-  at::Tensor loss = red != Reduction::None && logits.is_cuda() ? at::empty({}, logits.options()) : at::Tensor();
+  // reduction sum/mean on the GPU: the forward launcher reduces rows into loss before it waits for the check (rows:
+  // M losses, then that reduction's workspace)
+  const bool gpu_sum = red != Reduction::None && logits.is_cuda();
+  int64_t ws = 0;
+#ifdef MYOPS_WITH_CUDA
+  if (gpu_sum && M > 0) ws = k_parts_cuda.get()(M);
+#endif
+  at::Tensor rows = at::empty({M + ws}, stat_opts), stats = at::empty({M, 2}, stat_opts);
+  at::Tensor loss = gpu_sum ? at::empty({}, logits.options()) : at::Tensor();
   if (M > 0) {
     const myops::RowsView v = myops::rows_view(x2);
     if (logits.is_cuda()) {
@@ -170,12 +180,13 @@ at::Tensor cross_entropy_backward(const at::Tensor& grad, const at::Tensor& logi
   const at::Tensor x2 = logits.dim() == 1 ? logits.unsqueeze(0) : logits;
   const at::Tensor t1 = target.reshape({-1}), l1 = stats.reshape({-1, 2}).contiguous();
   const int64_t M = x2.size(0), C = x2.size(1);
-  // g: the per-row factor, [M] (reduction "none") or one element (acc type)
+  // g: the per-row factor, [M] (reduction "none") or its first element (acc type; on the GPU the count's workspace
+  // follows it)
   at::Tensor g;
   if (red != Reduction::None && logits.is_cuda() && M > 0) {
 #ifdef MYOPS_WITH_CUDA
     const c10::cuda::OptionalCUDAGuard guard(logits.device());
-    g = at::empty({1}, logits.options().dtype(myops::stat_dtype(logits)));
+    g = at::empty({1 + k_parts_cuda.get()(M)}, logits.options().dtype(myops::stat_dtype(logits)));
     const at::Tensor g0 = grad.to(logits.scalar_type());
     const int rc = k_grad_scale_cuda.get()(g.data_ptr(), g0.data_ptr(), t1.data_ptr<int64_t>(), t1.stride(0), M,
                                            ignore_index, red == Reduction::Mean, dtype, myops::current_stream(logits));
