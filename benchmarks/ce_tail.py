@@ -5,11 +5,12 @@ Each is timed as bench.py times it (CUDA events median, behind the clean L2 flus
 the same way under torch.profiler: printed are the median span from its first kernel's start to its last kernel's
 end, the gap from the sleep's end to its first kernel, and the last run's kernels (start offset, duration, µs).
 
-    PYTHONPATH=. python benchmarks/ce_tail.py
+    PYTHONPATH=. python benchmarks/ce_tail.py [--shapes 4096,32000 131072,512] [--dtypes bf16,fp32]
 
 Session 40, H100: bf16 "mean" 94.0 us by events, its row kernel 87.3 and the reduction's end 2.3 us after the row
 kernel's; sum(dim=-1) 88.4 by events, its kernel 85.3 (BENCHMARKS.md).
 """
+import argparse
 import statistics
 
 import torch
@@ -17,13 +18,18 @@ from torch.profiler import ProfilerActivity, profile
 import ops
 import bench
 
+ap = argparse.ArgumentParser()
+ap.add_argument("--shapes", nargs="+", default=["4096,32000"], help="M,C of the logits")
+ap.add_argument("--dtypes", default="bf16,fp32")
+args = ap.parse_args()
+dtypes = [{"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[d] for d in args.dtypes.split(",")]
 torch.manual_seed(0)
 flush = bench.l2_flush("clean")
 cases = []
-for dt, (M, C) in [(torch.bfloat16, (4096, 32000)), (torch.float32, (4096, 32000))]:
+for dt, (M, C) in [(d, tuple(int(v) for v in sh.split(","))) for sh in args.shapes for d in dtypes]:
     x = torch.randn(M, C, device="cuda", dtype=dt)
     t = torch.randint(0, C, (M,), device="cuda")
-    name = str(dt).split(".")[1]
+    name = f"{str(dt).split('.')[1]} [{M}, {C}]"
     cases += [(f"ce {name} mean", lambda x=x, t=t: ops.cross_entropy(x, t, check_target=False)),
               (f"ce {name} none", lambda x=x, t=t: ops.cross_entropy(x, t, reduction="none", check_target=False)),
               (f"sum {name}", lambda x=x: ops.sum(x, -1))]
