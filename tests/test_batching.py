@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.func import grad, vmap
 
 import ops
-from common import DEVICES, no_vmap_fallback
+from common import DEVICES, check_vs_eager, no_vmap_fallback
 
 
 def myops_ops() -> list[str]:
@@ -81,7 +81,7 @@ def test_per_sample_grads_compiled():
     target[1, 2] = -100
     mine = torch.compile(vmap(grad(lambda a, t: ops.cross_entropy(a, t))), fullgraph=True, dynamic=True)
     torch.testing.assert_close(mine(logits, target), vmap(grad(lambda a, t: F.cross_entropy(a, t)))(logits, target))
-    # two per-sample sums (layer_norm's weight and bias), and a batched weight (the per-sample loop, specialized)
+    # two per-sample sums (layer_norm's weight and bias), and batched weights (an ensemble's: one call)
     b = torch.randn(8, generator=gen, dtype=torch.float64)
     mine = torch.compile(vmap(grad(lambda v, c, x: ops.layer_norm(x, v, c).square().sum(), (0, 1)),
                               in_dims=(None, None, 0)), fullgraph=True, dynamic=True)
@@ -91,6 +91,11 @@ def test_per_sample_grads_compiled():
     ws = torch.randn(3, 8, generator=gen, dtype=torch.float64)
     mine = torch.compile(vmap(lambda x, v: ops.rms_norm(x, v)), fullgraph=True, dynamic=True)
     torch.testing.assert_close(mine(xs, ws), torch.stack([F.rms_norm(xs[i], (8,), ws[i], 1e-6) for i in range(3)]))
+    bs = torch.randn(3, 8, generator=gen, dtype=torch.float64)
+    mine = torch.compile(vmap(grad(lambda v, c, x: ops.layer_norm(x, v, c).square().sum(), (0, 1))), fullgraph=True,
+                         dynamic=True)
+    want = vmap(grad(lambda v, c, x: F.layer_norm(x, (8,), v, c).square().sum(), (0, 1)))(ws, bs, xs)
+    torch.testing.assert_close(mine(ws, bs, xs), want)
 
 
 @pytest.mark.parametrize("case", ["sum_dim", "softmax_dim", "weight", "target"])
@@ -160,6 +165,81 @@ def test_norm_per_sample_sums_16bit(device, dtype, op):
     for k in range(len(argnums)):
         want = torch.stack([loss(w, b, xs[i], res[i])[k] for i in range(4)])
         torch.testing.assert_close(got[k], want)
+
+
+def norm_cases(B, dtype, device, gen):
+    """(name, fn, args, in_dims) of the norms with batched parameters: an ensemble's weights and biases."""
+    def r(*shape):
+        return torch.randn(*shape, generator=gen).to(device, dtype)
+    x, res, w, b = r(B, 5, 3, 16), r(B, 5, 3, 16), r(B, 16), r(B, 16)
+    ln = lambda x, w, b: ops.layer_norm(x, w, b)  # noqa: E731
+    return [("layer_norm w, b", ln, (x, w, b), (0, 0, 0)),
+            ("layer_norm w", ln, (x, w, b[0]), (0, 0, None)),
+            ("layer_norm b", ln, (x, w[0], b), (0, None, 0)),
+            ("layer_norm x shared", ln, (x[0], w, b), (None, 0, 0)),
+            ("layer_norm x at dim 1", ln, (x.movedim(0, 1), w, b), (1, 0, 0)),
+            ("rms_norm", lambda x, w: ops.rms_norm(x, w), (x, w), (0, 0)),
+            ("add_rms_norm", lambda x, r, w: ops.add_rms_norm(x, r, w), (x, res, w), (0, 0, 0))]
+
+
+def sample(args, dims, i):
+    return [a.select(d, i) if d is not None else a for a, d in zip(args, dims)]
+
+
+def myops_calls(fn) -> int:
+    """How many times fn calls a myops op (each dispatcher call, the batched one and those below it)."""
+    with torch.autograd.profiler.profile() as prof:
+        fn()
+    return sum(e.name.startswith("myops::") for e in prof.function_events)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_batched_params(device, dtype):
+    """vmap over the norms' weights and biases (an ensemble's, as torch.func.stack_module_state gives them), with x
+    batched or shared, runs the op once over the batch (its affine applied after it), and the backward op once
+    (grad times the weight before it); outputs and per-sample gradients of every input equal per-sample calls."""
+    B = 4
+    gen = torch.Generator().manual_seed(5)
+    for name, fn, args, dims in norm_cases(B, dtype, device, gen):
+        def total(*a, fn=fn):
+            out = fn(*a)
+            return sum((t * t).sum() for t in (out if isinstance(out, tuple) else (out,)) if t.is_floating_point())
+
+        argnums = tuple(range(len(args)))
+        with no_vmap_fallback():
+            got = vmap(fn, in_dims=dims)(*args)
+            grads = vmap(grad(total, argnums), in_dims=dims)(*args)
+            calls = myops_calls(lambda: vmap(grad(total, argnums), in_dims=dims)(*args))
+        per = [fn(*sample(args, dims, i)) for i in range(B)]
+        want = torch.stack(per) if isinstance(per[0], torch.Tensor) else tuple(torch.stack(o) for o in zip(*per))
+        torch.testing.assert_close(got, want, msg=name)
+        per_grads = [grad(total, argnums)(*sample(args, dims, i)) for i in range(B)]
+        for k in argnums:
+            torch.testing.assert_close(grads[k], torch.stack([g[k] for g in per_grads]), msg=f"{name}: grad {k}")
+        # forward and backward op, each once batched and once below: not once per sample
+        assert calls <= 4, f"{name}: {calls} myops calls for {B} samples"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_batched_params_16bit(device, dtype):
+    """16-bit norms with batched parameters (the affine rounded once after the op's own rounding, as PyTorch's vmap
+    of F.layer_norm rounds twice): within the issue's rule against float64, eager being PyTorch's own ops under the
+    same vmap."""
+    B = 4
+    gen = torch.Generator().manual_seed(6)
+    eager = {"layer_norm": lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b),
+             "rms_norm": lambda x, w: F.rms_norm(x, x.shape[-1:], w, 1e-6),
+             "add_rms_norm": lambda x, r, w: F.rms_norm(x + r, x.shape[-1:], w, 1e-6)}
+    for name, fn, args, dims in norm_cases(B, dtype, device, gen):
+        op = name.split()[0]
+        with no_vmap_fallback():
+            got = vmap(fn, in_dims=dims)(*args)
+        got = got[0] if isinstance(got, tuple) else got
+        theirs = vmap(eager[op], in_dims=dims)(*args)
+        ref = vmap(eager[op], in_dims=dims)(*[a.double() for a in args])
+        check_vs_eager(got, theirs, ref, dtype, what=name)
 
 
 def test_vmap_of_other_transforms():

@@ -169,14 +169,11 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   spec.materialize_grads = false;
   m.impl("add_rms_norm", myops::autograd_kernel(myops::with_composite(std::move(spec), add_rms_norm_composite)));
 }
-// vmap (batching.h): dweight per sample, the sum over its rows of grad_y * s * rstd in fp32 (none without a weight);
-// 16-bit tensors are promoted inside ATen's kernels (times rstd), not copied to fp32.
+// vmap (batching.h): dweight per sample, the sum over its rows of grad_y * s * rstd (rms_weight_sums). A batched
+// weight (an ensemble's) in one call too: the forward's product after the op, the backward's grad_y times the weight
+// before it.
 TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
-  m.impl("add_rms_norm", myops::batch_kernel(myops::fold({0, 1}, {2})));
-  m.impl("add_rms_norm_backward",
-         myops::batch_kernel(myops::fold_row_sums({0, 1, 2, 3}, {4}, 5, [](const myops::Args& a, const at::Tensor&) {
-           const at::Tensor &grad_y = a[0].toTensor(), &s = a[2].toTensor(), &rstd = a[3].toTensor();
-           if (a[4].isNone()) return myops::Tensors{s.new_empty_symint({s.sym_size(0), 0})};
-           return myops::Tensors{myops::sample_col_sums(grad_y.mul(rstd.unsqueeze(-1)).mul(s), s.scalar_type())};
-         })));
+  m.impl("add_rms_norm", myops::batch_kernel(myops::fold_affine({0, 1}, 2)));
+  const myops::RowSums sums = myops::rms_weight_sums(0, 2, 3, 4);
+  m.impl("add_rms_norm_backward", myops::batch_kernel(myops::fold_row_sums({0, 1, 2, 3}, {4}, 5, sums, /*grad=*/0)));
 }

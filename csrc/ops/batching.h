@@ -12,8 +12,9 @@
 //   TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) { m.impl("relu", myops::batch_kernel(myops::fold({0}))); }
 // The kernel unwraps the call's tensors at the current vmap level into a Batch (the arguments, each one's vmapped
 // dim, the batch size) and runs the rule, whose outputs carry the batch dim first. A rule returns nullopt where it
-// cannot take the batch in one call (a batched weight, as in vmap over an ensemble's parameters; a 0-d sample): the
-// op then runs once per sample, as PyTorch's fallback would, without its warning.
+// cannot take the batch in one call (a 0-d sample; a batched parameter of an op whose rule has no way around it):
+// the op then runs once per sample, as PyTorch's fallback would, without its warning. The norms take a batched
+// weight or bias (vmap over an ensemble's parameters) in one call: fold_affine and fold_row_sums' weighted grad.
 #pragma once
 #include "autograd.h"
 
@@ -44,12 +45,26 @@ torch::CppFunction batch_kernel(BatchRule rule);
 // ones expanded; those at `params` (per column: weight, bias) must be unbatched, else per sample.
 BatchRule fold(std::vector<int> rows, std::vector<int> params = {});
 
+// fold for a norm whose first output is scaled by the weight at `weight` and shifted by the bias at `bias` (-1:
+// none), per column. Where one of them is batched, the op runs once over the batch without them (without the bias
+// alone where only the bias is batched) and the first output becomes y * w + b per sample, in one rounding
+// (addcmul); PyTorch's vmap of F.layer_norm does the same in two. Else fold(rows, {weight, bias}).
+BatchRule fold_affine(std::vector<int> rows, int weight, int bias = -1);
+
 // A backward op whose outputs after the first sum over rows (weight and bias gradients), which vmap keeps per sample:
 // fold's call (with the argument at `flag`, when >= 0, that asks for those sums passed false) for its first output
 // dx, and the sums from sums(a, dx) on the call's batch-first arguments a ([size, N] each), or, where args[flag] is
-// false, empty [size, 0] ones as the op gives.
+// false, empty [size, 0] ones as the op gives. With `grad` >= 0 a batched weight (params = {weight}) is taken too:
+// the call gets grad * w per sample (rounded to grad's dtype) and no weight, as the norms' dx depends on the two only
+// through that product; sums still get the weight and the grad as given (on the CPU, batches of 2^22 elements and
+// more per sample instead, measured faster there).
 using RowSums = std::function<Tensors(const Args& a, const at::Tensor& dx)>;
-BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums);
+BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums, int grad = -1);
+
+// The rms norms' sums for fold_row_sums: dweight per sample, [B, N] sums over a sample's rows of grad * x * rstd in
+// fp32 (16-bit tensors promoted inside ATen's kernels, not copied), or [B, 0] where the weight is None; the
+// arguments' indices in the op's schema.
+RowSums rms_weight_sums(int grad, int x, int rstd, int weight);
 
 // Per-sample column sums of a batch-first [B, ..., N] tensor in the ops' accumulation type (fp32; fp64 for fp64), as
 // `dtype`: [B, N].

@@ -181,15 +181,18 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   m.impl("layer_norm", myops::autograd_kernel(myops::with_composite(std::move(spec), layer_norm_composite)));
 }
 // vmap (batching.h): dweight and dbias per sample, the sums over its rows of grad * (x - mean) * rstd and of grad in
-// fp32; 16-bit tensors are promoted inside ATen's kernels (x - mean, the sums' dtype), not copied to fp32.
+// fp32; 16-bit tensors are promoted inside ATen's kernels (x - mean, the sums' dtype), not copied to fp32. A batched
+// weight or bias (an ensemble's) in one call too: the forward's affine after the op, the backward's grad times the
+// weight before it.
+namespace {
+myops::Tensors layer_norm_sample_sums(const myops::Args& a, const at::Tensor&) {
+  const at::Tensor &grad = a[0].toTensor(), &x = a[1].toTensor(), &mean = a[2].toTensor(), &rstd = a[3].toTensor();
+  const at::Tensor xhat = x.sub(mean.unsqueeze(-1)).mul(rstd.unsqueeze(-1));
+  return {myops::sample_col_sums(xhat.mul(grad), x.scalar_type()), myops::sample_col_sums(grad, x.scalar_type())};
+}
+}  // namespace
 TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
-  m.impl("layer_norm", myops::batch_kernel(myops::fold({0}, {1, 2})));
+  m.impl("layer_norm", myops::batch_kernel(myops::fold_affine({0}, 1, 2)));
   m.impl("layer_norm_backward",
-         myops::batch_kernel(myops::fold_row_sums({0, 1, 2, 3}, {4}, 5, [](const myops::Args& a, const at::Tensor&) {
-           const at::Tensor &x = a[1].toTensor(), &mean = a[2].toTensor(), &rstd = a[3].toTensor();
-           const at::Tensor& grad = a[0].toTensor();
-           const at::Tensor xhat = x.sub(mean.unsqueeze(-1)).mul(rstd.unsqueeze(-1));
-           return myops::Tensors{myops::sample_col_sums(xhat.mul(grad), x.scalar_type()),
-                                 myops::sample_col_sums(grad, x.scalar_type())};
-         })));
+         myops::batch_kernel(myops::fold_row_sums({0, 1, 2, 3}, {4}, 5, layer_norm_sample_sums, /*grad=*/0)));
 }

@@ -147,14 +147,10 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
   spec.materialize_grads = false;
   m.impl("rms_norm", myops::autograd_kernel(myops::with_composite(std::move(spec), rms_norm_composite)));
 }
-// vmap (batching.h): dweight per sample, the sum over its rows of grad * x * rstd in fp32 (none without a weight);
-// 16-bit tensors are promoted inside ATen's kernels (times rstd), not copied to fp32.
+// vmap (batching.h): dweight per sample, the sum over its rows of grad * x * rstd (rms_weight_sums). A batched weight
+// (an ensemble's) in one call too: the forward's product after the op, the backward's grad times the weight before it.
 TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
-  m.impl("rms_norm", myops::batch_kernel(myops::fold({0}, {1})));
-  m.impl("rms_norm_backward",
-         myops::batch_kernel(myops::fold_row_sums({0, 1, 2}, {3}, 4, [](const myops::Args& a, const at::Tensor&) {
-           const at::Tensor &grad = a[0].toTensor(), &x = a[1].toTensor(), &rstd = a[2].toTensor();
-           if (a[3].isNone()) return myops::Tensors{x.new_empty_symint({x.sym_size(0), 0})};
-           return myops::Tensors{myops::sample_col_sums(grad.mul(rstd.unsqueeze(-1)).mul(x), x.scalar_type())};
-         })));
+  m.impl("rms_norm", myops::batch_kernel(myops::fold_affine({0}, 1)));
+  const myops::RowSums sums = myops::rms_weight_sums(0, 1, 2, 3);
+  m.impl("rms_norm_backward", myops::batch_kernel(myops::fold_row_sums({0, 1, 2}, {3}, 4, sums, /*grad=*/0)));
 }
