@@ -56,7 +56,8 @@ def test_nested_vmap():
 
 @pytest.mark.parametrize("batched_weight", [False, True])
 def test_empty_batch(batched_weight):
-    """A batch of no samples gives outputs of no samples (a batched weight: the per-sample path's shapes)."""
+    """A batch of no samples gives outputs of no samples (with a batched weight too: the op without it, then the
+    affine of no samples)."""
     x = torch.randn(0, 3, 8)
     with no_vmap_fallback():
         if batched_weight:
