@@ -99,19 +99,28 @@ def test_per_sample_grads_compiled():
     torch.testing.assert_close(mine(ws, bs, xs), want)
 
 
-@pytest.mark.parametrize("case", ["sum_dim", "softmax_dim", "weight", "target"])
+@pytest.mark.parametrize("case", ["sum_dim", "softmax_dim", "weight", "target", "batched_weight_shape",
+                                  "batched_bias_dtype", "batched_weight_backward"])
 def test_errors_under_vmap(case):
-    """A bad argument under vmap raises the op's own RuntimeError, naming the argument, with a sample's dims."""
+    """A bad argument under vmap raises the op's own RuntimeError, naming the argument, with a sample's dims; a batched
+    parameter, which the norms' rules take out of the op's call, too (forward and backward)."""
     x = torch.randn(2, 4, 5)
     calls = {
         "sum_dim": (lambda a: ops.sum(a, 2), r"myops\.sum: dim 2 is out of range for x with 2 dimensions"),
         "softmax_dim": (lambda a: ops.softmax(a, -3), r"myops\.softmax: dim -3 is out of range for a tensor with 2"),
         "weight": (lambda a: ops.rms_norm(a, torch.ones(4)), r"myops\.rms_norm: weight must have shape \[5\]"),
         "target": (lambda a: ops.cross_entropy(a, torch.tensor([0, 7, 1, 2])), r"target"),
+        "batched_weight_shape": (lambda a, w: ops.layer_norm(a, w), r"myops\.layer_norm: weight must have shape \[5\]"),
+        "batched_bias_dtype": (lambda a, w: ops.layer_norm(a, None, w.double()), r"myops\.layer_norm: .*bias"),
+        "batched_weight_backward": (lambda a, w: torch.ops.myops.rms_norm_backward(a, a, a[:, 0], w, True, 1e-6),
+                                    r"myops\.rms_norm_backward: weight must have shape \[5\]"),
     }
     fn, message = calls[case]
+    args = (x, torch.ones(2, 4)) if case.startswith("batched") else (x,)
+    if case == "batched_bias_dtype":
+        args = (x, torch.ones(2, 5))
     with no_vmap_fallback(), pytest.raises(RuntimeError, match=message):
-        vmap(fn)(x)
+        vmap(fn)(*args)
 
 
 @pytest.mark.parametrize("device", DEVICES)

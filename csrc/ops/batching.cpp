@@ -61,6 +61,13 @@ Args rows_first(const Batch& b, const std::vector<int>& rows) {
   for (int i : rows) a[i] = optional_arg(b.front(i));
   return a;
 }
+// Whether a batched per-column parameter p ([B, N] batch-first) fits x ([B, ..., N]) as the op's checks would have it
+// (its shape, dtype and device): taken out of the op's call, it is not checked there; a rule that finds it unfit
+// runs the op per sample instead, where the op raises its own error.
+bool col_param_ok(const at::Tensor& p, const at::Tensor& x) {
+  return x.dim() >= 2 && p.dim() == 2 && p.sym_size(1) == x.sym_size(-1) && p.scalar_type() == x.scalar_type() &&
+         p.device() == x.device();
+}
 // A per-column parameter batch-first ([B, N]; undefined stays so) as [B, 1, ..., 1, N] against y [B, ..., N].
 at::Tensor per_sample_cols(const at::Tensor& p, const at::Tensor& y) {
   if (!p.defined()) return p;
@@ -84,6 +91,8 @@ BatchRule fold_affine(std::vector<int> rows, int weight, int bias) {
     const bool wb = b.batched(weight), bb = bias >= 0 && b.batched(bias);
     if (!wb && !bb) return b.call_tensors(std::move(a));
     const at::Tensor w = wb ? b.front(weight) : at::Tensor(), sh = bias >= 0 ? b.front(bias) : at::Tensor();
+    const at::Tensor& x = a[rows.front()].toTensor();
+    if ((w.defined() && !col_param_ok(w, x)) || (sh.defined() && !col_param_ok(sh, x))) return std::nullopt;
     if (wb) a[weight] = c10::IValue();
     if (bias >= 0) a[bias] = c10::IValue();
     Tensors out = b.call_tensors(std::move(a));
@@ -113,6 +122,7 @@ BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag
     Args c = a;
     if (weighted) {  // (the weight's own dims batch-first; a keeps it for sums)
       const at::Tensor w = b.front(params[0]), g = a[grad].toTensor();
+      if (!col_param_ok(w, g)) return std::nullopt;
       a[params[0]] = w;
       c[grad] = g.mul(per_sample_cols(w, g));
       c[params[0]] = c10::IValue();
