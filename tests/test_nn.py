@@ -240,6 +240,38 @@ def test_training_loop_with_norms():
     run_training(with_norms=True)
 
 
+@needs_layer_norm
+@needs_rms_norm
+def test_ensemble_vmap():
+    """An ensemble of the tiny model (torch.func.stack_module_state, functional_call under vmap, as PyTorch's model
+    ensembling tutorial): outputs and each member's parameter gradients equal the members run one by one, with every
+    op taken by its vmap rule (the norms' batched weights and biases in one call)."""
+    from torch.func import functional_call, grad, stack_module_state, vmap
+
+    from common import no_vmap_fallback
+    torch.manual_seed(3)
+    # (float64: the random members' activations reach the thousands, where batched and single matmuls' fp32 orders
+    #  part by more than fp32's tolerance)
+    models = [randomize(tiny_model(True), seed=i).double() for i in range(3)]
+    params, buffers = stack_module_state(models)
+    base = copy.deepcopy(models[0]).to("meta")
+    x = torch.randn(10, 8, dtype=torch.float64)
+    y = torch.randn(10, 4, dtype=torch.float64)
+
+    def loss(p, b, x):
+        return F.mse_loss(functional_call(base, (p, b), (x,)), y)
+
+    with no_vmap_fallback():
+        out = vmap(lambda p, b, x: functional_call(base, (p, b), (x,)), in_dims=(0, 0, None))(params, buffers, x)
+        grads = vmap(grad(loss), in_dims=(0, 0, None))(params, buffers, x)
+    torch.testing.assert_close(out, torch.stack([m(x) for m in models]))
+    for i, m in enumerate(models):
+        m.zero_grad()
+        F.mse_loss(m(x), y).backward()
+        for name, p in m.named_parameters():
+            torch.testing.assert_close(grads[name][i], p.grad, msg=name)
+
+
 def check_compiled_module(module: torch.nn.Module, shape: tuple[int, ...], device: str) -> None:
     """torch.compile(fullgraph=True, dynamic=True) of the module: same output, input and parameter gradients as
     eager, on two batch sizes."""
