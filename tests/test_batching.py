@@ -231,6 +231,21 @@ def test_batched_params(device, dtype):
         assert calls <= 4, f"{name}: {calls} myops calls for {B} samples"
 
 
+@pytest.mark.parametrize("batched_weight", [False, True])
+def test_norm_sums_large_cpu_batch(batched_weight):
+    """On the CPU a norm's backward over a batch of 2^22 elements or more runs per sample (fold_norm_sums); its
+    per-sample gradients still equal per-sample calls."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(4, 1024, 1024, generator=gen)
+    w = torch.randn(4, 1024, generator=gen) if batched_weight else torch.randn(1024, generator=gen)
+    loss = grad(lambda v, x: ops.rms_norm(x, v).square().sum(), (0, 1))
+    with no_vmap_fallback():
+        got = vmap(loss, in_dims=(0 if batched_weight else None, 0))(w, x)
+    for k in range(2):
+        want = torch.stack([loss(w[i] if batched_weight else w, x[i])[k] for i in range(4)])
+        torch.testing.assert_close(got[k], want)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_batched_params_16bit(device, dtype):

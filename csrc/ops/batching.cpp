@@ -103,20 +103,18 @@ BatchRule fold_affine(std::vector<int> rows, int weight, int bias) {
   };
 }
 
-constexpr int64_t kCpuWeightedMax = int64_t{1} << 22;
-
-BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums, int grad) {
-  return [rows = std::move(rows), params = std::move(params), flag, sums = std::move(sums),
-          grad](const Batch& b) -> std::optional<Tensors> {
+namespace {
+// fold_row_sums, and with grad >= 0 fold_norm_sums' batched weight; on the CPU a batch of cpu_max elements or more
+// (cpu_max > 0) runs per sample.
+BatchRule row_sums_rule(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums, int grad,
+                        int64_t cpu_max) {
+  return [rows = std::move(rows), params = std::move(params), flag, sums = std::move(sums), grad,
+          cpu_max](const Batch& b) -> std::optional<Tensors> {
     const bool weighted = b.any_batched(params);
     if (weighted && (grad < 0 || params.size() != 1)) return std::nullopt;
     Args a = rows_first(b, rows);
-    // (on the CPU a batch of 2^22 elements or more runs per sample: the sums' batch-wide temporaries then leave the
-    //  cache. 2-core Xeon VM, fp32 layer_norm, vmap(grad) over an ensemble's weight and bias, one call against per
-    //  sample: 8 x [256, 1024] 24.6 against 32.0 ms, 32 x [256, 1024] 328-338 against 232-248)
-    if (weighted && a[grad].toTensor().is_cpu() &&
-        a[grad].toTensor().sym_numel().guard_int(__FILE__, __LINE__) >= kCpuWeightedMax)
-      return std::nullopt;
+    const at::Tensor& x0 = a[rows.front()].toTensor();
+    if (cpu_max > 0 && x0.is_cpu() && x0.sym_numel().guard_int(__FILE__, __LINE__) >= cpu_max) return std::nullopt;
     const bool want = flag < 0 || b.args[flag].toBool();
     if (flag >= 0) a[flag] = false;  // (the op's own sums would be over the whole batch)
     Args c = a;
@@ -137,6 +135,20 @@ BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag
     }
     return out;
   };
+}
+}  // namespace
+
+BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums) {
+  return row_sums_rule(std::move(rows), std::move(params), flag, std::move(sums), -1, 0);
+}
+
+// (on the CPU a batch of 2^22 elements or more runs per sample: the norms' sums' batch-wide temporaries then leave the
+//  cache. 2-core Xeon VM, fp32 layer_norm, vmap(grad), one call against per sample: over an ensemble's weight and
+//  bias, 8 x [256, 1024] 24.6 against 32.0 ms, 32 x [256, 1024] 328-338 against 232-248; per-sample gradients (x
+//  batched), 32 x [256, 1024] 214 ms against a Python loop's 105)
+BatchRule fold_norm_sums(std::vector<int> rows, int weight, int flag, RowSums sums) {
+  const int grad = rows.front();
+  return row_sums_rule(std::move(rows), {weight}, flag, std::move(sums), grad, int64_t{1} << 22);
 }
 
 namespace {

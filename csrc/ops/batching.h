@@ -14,7 +14,7 @@
 // dim, the batch size) and runs the rule, whose outputs carry the batch dim first. A rule returns nullopt where it
 // cannot take the batch in one call (a 0-d sample; a batched parameter of an op whose rule has no way around it):
 // the op then runs once per sample, as PyTorch's fallback would, without its warning. The norms take a batched
-// weight or bias (vmap over an ensemble's parameters) in one call: fold_affine and fold_row_sums' weighted grad.
+// weight or bias (vmap over an ensemble's parameters) in one call: fold_affine and fold_norm_sums.
 #pragma once
 #include "autograd.h"
 
@@ -54,14 +54,18 @@ BatchRule fold_affine(std::vector<int> rows, int weight, int bias = -1);
 // A backward op whose outputs after the first sum over rows (weight and bias gradients), which vmap keeps per sample:
 // fold's call (with the argument at `flag`, when >= 0, that asks for those sums passed false) for its first output
 // dx, and the sums from sums(a, dx) on the call's batch-first arguments a ([size, N] each), or, where args[flag] is
-// false, empty [size, 0] ones as the op gives. With `grad` >= 0 a batched weight (params = {weight}) is taken too:
-// the call gets grad * w per sample (rounded to grad's dtype) and no weight, as the norms' dx depends on the two only
-// through that product; sums still get the weight and the grad as given (on the CPU, batches of 2^22 elements and
-// more per sample instead, measured faster there).
+// false, empty [size, 0] ones as the op gives. A batched parameter at `params`: per sample.
 using RowSums = std::function<Tensors(const Args& a, const at::Tensor& dx)>;
-BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums, int grad = -1);
+BatchRule fold_row_sums(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums);
 
-// The rms norms' sums for fold_row_sums: dweight per sample, [B, N] sums over a sample's rows of grad * x * rstd in
+// fold_row_sums for a norm's backward op, whose grad is its first argument (rows.front()) and whose weight is at
+// `weight`. A batched weight is taken in one call too: the call gets grad * w per sample (rounded to grad's dtype) and
+// no weight, as the norms' dx depends on the two only through that product; sums still get the weight and the grad as
+// given. On the CPU, batches of 2^22 elements and more run per sample instead (measured faster there: the sums'
+// batch-wide temporaries).
+BatchRule fold_norm_sums(std::vector<int> rows, int weight, int flag, RowSums sums);
+
+// The rms norms' sums for fold_norm_sums: dweight per sample, [B, N] sums over a sample's rows of grad * x * rstd in
 // fp32 (16-bit tensors promoted inside ATen's kernels, not copied), or [B, 0] where the weight is None; the
 // arguments' indices in the op's schema.
 RowSums rms_weight_sums(int grad, int x, int rstd, int weight);

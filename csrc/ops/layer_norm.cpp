@@ -193,6 +193,5 @@ myops::Tensors layer_norm_sample_sums(const myops::Args& a, const at::Tensor&) {
 }  // namespace
 TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
   m.impl("layer_norm", myops::batch_kernel(myops::fold_affine({0}, 1, 2)));
-  m.impl("layer_norm_backward",
-         myops::batch_kernel(myops::fold_row_sums({0, 1, 2, 3}, {4}, 5, layer_norm_sample_sums, /*grad=*/0)));
+  m.impl("layer_norm_backward", myops::batch_kernel(myops::fold_norm_sums({0, 1, 2, 3}, 4, 5, layer_norm_sample_sums)));
 }

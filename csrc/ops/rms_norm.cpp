@@ -152,5 +152,5 @@ TORCH_LIBRARY_IMPL(myops, Autograd, m) {
 TORCH_LIBRARY_IMPL(myops, FuncTorchBatched, m) {
   m.impl("rms_norm", myops::batch_kernel(myops::fold_affine({0}, 1)));
   const myops::RowSums sums = myops::rms_weight_sums(0, 1, 2, 3);
-  m.impl("rms_norm_backward", myops::batch_kernel(myops::fold_row_sums({0, 1, 2}, {3}, 4, sums, /*grad=*/0)));
+  m.impl("rms_norm_backward", myops::batch_kernel(myops::fold_norm_sums({0, 1, 2}, 3, 4, sums)));
 }
