@@ -114,7 +114,8 @@ BatchRule row_sums_rule(std::vector<int> rows, std::vector<int> params, int flag
     if (weighted && (grad < 0 || params.size() != 1)) return std::nullopt;
     Args a = rows_first(b, rows);
     const at::Tensor& x0 = a[rows.front()].toTensor();
-    if (cpu_max > 0 && x0.is_cpu() && x0.sym_numel().guard_int(__FILE__, __LINE__) >= cpu_max) return std::nullopt;
+    if (cpu_max > 0 && x0.is_cpu() && x0.sym_numel().sym_ge(cpu_max).guard_bool(__FILE__, __LINE__))
+      return std::nullopt;  // (under torch.compile a guard on the comparison alone, not on the size)
     const bool want = flag < 0 || b.args[flag].toBool();
     if (flag >= 0) a[flag] = false;  // (the op's own sums would be over the whole batch)
     Args c = a;
