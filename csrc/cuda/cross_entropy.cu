@@ -759,9 +759,20 @@ __device__ __forceinline__ void rows_sum_count(A& v, long long& n, const A* __re
   }
 }
 
+// Thread 0: out[0] = total / (mean ? n : 1) in Out, total being v (the losses' sum) or, in given (the backward),
+// in[0]. Every row ignored: 0 / 0 = NaN.
+template <class A, class In, class Out>
+__device__ __forceinline__ void store_total(Out* __restrict__ out, A v, long long n, const In* __restrict__ in,
+                                            int mean) {
+  if (threadIdx.x == 0) {
+    const A total = in ? to_acc(in[0]) : v;
+    out[0] = from_acc<Out>(mean ? total / A(n) : total);
+  }
+}
+
 // out[0] = total / (mean ? the count of rows whose target is not ignore_index : 1) in Out, where total is
-// sum_r losses[r] (the forward's loss of reduction sum/mean from the rows' losses) or, losses null, in[0] (the
-// backward's per-row factor from the loss's gradient), in A and a fixed order (deterministic). Every row ignored:
+// sum_r losses[r] (the forward's loss of reduction sum/mean from the rows' losses) or in[0] (in given, losses null:
+// the backward's per-row factor from the loss's gradient), in A and a fixed order (deterministic). Every row ignored:
 // 0 / 0 = NaN, as F.cross_entropy.
 // The forward's primary is its row kernel, which only reads target and started after whatever wrote it
 // (plainly, or as a dependent of the target check, itself launched plainly), so the targets are counted before
@@ -779,10 +790,7 @@ __global__ void __launch_bounds__(kScalarThreads)
   long long n;
   rows_sum_count<A>(v, n, losses, target, t_stride, 0, M, ignore_index, mean);
   cta_sum(v, n);
-  if (threadIdx.x == 0) {
-    const A total = losses ? v : to_acc(in[0]);
-    out[0] = from_acc<Out>(mean ? total / A(n) : total);
-  }
+  store_total(out, v, n, in, mean);
 }
 
 // ---- the loss's scalar over many rows: scalar_kernel's one CTA reads M losses and M targets (12 bytes a row) at one
@@ -839,10 +847,7 @@ __global__ void __launch_bounds__(kScalarThreads) parts_total_kernel(Out* __rest
     n += (long long)parts[P + b];
   }
   cta_sum(v, n);
-  if (threadIdx.x == 0) {
-    const A total = in ? to_acc(in[0]) : v;
-    out[0] = from_acc<Out>(mean ? total / A(n) : total);
-  }
+  store_total(out, v, n, in, mean);
 }
 
 // One CTA of scalar_kernel, a programmatic dependent of the kernel before it (the forward's row kernel, which lets
@@ -1043,10 +1048,8 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
           }
           const int tpr = ce_fwd_tpr(M, C * es, es);
           switch (tpr) {
-            case 32:
-              return sub(std::integral_constant<int, 32>{});
-            case 64:
-              return sub(std::integral_constant<int, 64>{});
+            case 32: return sub(std::integral_constant<int, 32>{});
+            case 64: return sub(std::integral_constant<int, 64>{});
             case 128: return sub(std::integral_constant<int, 128>{});
             default: break;
           }

@@ -104,14 +104,14 @@ BatchRule fold_affine(std::vector<int> rows, int weight, int bias) {
 }
 
 namespace {
-// fold_row_sums, and with grad >= 0 fold_norm_sums' batched weight; on the CPU a batch of cpu_max elements or more
-// (cpu_max > 0) runs per sample.
+// fold_row_sums, and with grad >= 0 fold_norm_sums' batched weight (params = {weight}); on the CPU a batch of cpu_max
+// elements or more (cpu_max > 0) runs per sample.
 BatchRule row_sums_rule(std::vector<int> rows, std::vector<int> params, int flag, RowSums sums, int grad,
                         int64_t cpu_max) {
   return [rows = std::move(rows), params = std::move(params), flag, sums = std::move(sums), grad,
           cpu_max](const Batch& b) -> std::optional<Tensors> {
     const bool weighted = b.any_batched(params);
-    if (weighted && (grad < 0 || params.size() != 1)) return std::nullopt;
+    if (weighted && grad < 0) return std::nullopt;
     Args a = rows_first(b, rows);
     const at::Tensor& x0 = a[rows.front()].toTensor();
     if (cpu_max > 0 && x0.is_cpu() && x0.sym_numel().sym_ge(cpu_max).guard_bool(__FILE__, __LINE__))
