@@ -426,9 +426,10 @@ def test_graph_replay(dtype):
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "128"},
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "8"},
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "16"},
-                                 {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "4"}],
+                                 {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "4"},
+                                 {"MYOPS_CE_BWD_FLAT": "2"}, {"MYOPS_CE_BWD_FLAT": "0"}],
                          ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128", "fold", "fold32", "fold64",
-                              "fold128", "fold8", "fold16", "fold4"])
+                              "fold128", "fold8", "fold16", "fold4", "bwd_flat", "bwd_rows"])
 def test_forward_variants(env, tmp_path):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
     the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
@@ -436,7 +437,9 @@ def test_forward_variants(env, tmp_path):
     KB); MYOPS_CE_WARP=2: a warp per row for every row (by default rows up to 64 KB when there are enough to fill
     the SMs); MYOPS_CE_TPR=64 / 128: that many threads a row, several rows a CTA (by default fp32 rows of 16-64 KB
     on the H200), the last CTA's rows past the end included; MYOPS_CE_FOLD=2: the fold kernel for every 16-bit row
-    (MYOPS_CE_FOLD_TPR=4 / 8 / 16 / 32 / 64 / 128: that many threads a row, several rows a CTA, or a warp). Rows far
+    (MYOPS_CE_FOLD_TPR=4 / 8 / 16 / 32 / 64 / 128: that many threads a row, several rows a CTA, or a warp);
+    MYOPS_CE_BWD_FLAT=2 / 0: the backward's flat kernel (CTAs over any rows' vectors; by default rows under 1024
+    vectors) / its row-chunk kernel for every row. Rows far
     longer and far shorter than a CTA's or cluster's threads (C = 8: one thread holds the row), a partial last group
     (C = 1000, 16000), a warp whose last rows are past the end (37 rows), smoothing, an ignored row, and
     test_extreme_logits' rows (a CTA's or warp's rows redone exactly beside rows that are not); loss and gradient
@@ -478,12 +481,12 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
 @pytest.mark.parametrize("parts", ["1", "2"])
 def test_loss_parts(parts, tmp_path):
     """The GPU's "mean" / "sum" over many rows in parts (MYOPS_CE_PARTS, read once per process: run in a
-    subprocess): 1 reduces M >= 16384 rows in parts of 4096, 2 every M > 1 in parts of 3 rows (a short last part
+    subprocess): 1 reduces M >= 65536 rows in parts of 4096, 2 every M > 1 in parts of 3 rows (a short last part
     included). Loss and gradient against float64 for ignored rows, a strided target, every row ignored (mean: NaN),
     one row, the backward's count alone ("mean") and its factor unscaled ("sum"); the same loss twice, bit for bit
     (the parts' order is fixed)."""
     cases = []
-    for M, C in [(1, 40), (5, 40), (7, 1000), (3001, 64), (20000, 24)]:
+    for M, C in [(1, 40), (5, 40), (7, 1000), (3001, 64), (70001, 8)]:
         for dtype in (torch.float32, torch.bfloat16, torch.float64):
             for reduction in ("mean", "sum"):
                 x = make_tensor((M, C), dtype, "cpu", seed=M + C) * 3

@@ -664,22 +664,34 @@ template <class K> int ce_cluster(K kernel, int64_t M, int64_t C, int es) {
   return kMaxCluster;
 }
 
+// d loss / d x of one vector of VEC columns from c (a, in place: x in, dx out), tg = the row's target - c: g (the
+// row's gradient, 0 where ignored) times softmax(x) - (1 - smoothing) one_hot(target) - smoothing / C.
+template <class T, class A, int VEC>
+__device__ __forceinline__ void bwd_vec(A (&a)[VEC], int64_t tg, bool ignored, A g, A m, A ls, A off, A hit) {
+  const int eh = tg >= 0 && tg < VEC ? (int)tg : -1;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    const A pr = ignored ? A(0) : exp_of<T>((a[e] - m) - ls);
+    a[e] = g * (pr - off - (e == eh ? hit : A(0)));
+  }
+}
+
 // Backward has no reduction, so it need not hold a row: each CTA takes kBwdThreads * kBwdNv vectors of one row
 // (grid = M * chunks), the layout of an elementwise kernel, with the row's target, stats and grad broadcast.
 constexpr int kBwdThreads = 256, kBwdNv = 4;
 template <class T>
-__global__ void __launch_bounds__(kBwdThreads) rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, C]
-                                                            const T* __restrict__ x, int64_t xs,    // [M, C]
-                                                            const int64_t* __restrict__ target, int64_t t_stride,
-                                                            const acc_t<T>* __restrict__ stats,  // [M, 2]
-                                                            const acc_t<T>* __restrict__ grad,   // [M] (stride)
-                                                            int64_t g_stride, int C, int64_t ignore_index,
-                                                            acc_t<T> smoothing, int chunks, bool last) {
+__global__ void __launch_bounds__(kBwdThreads)
+    rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,      // [M, C]
+                  const T* __restrict__ x, int64_t xs,  // [M, C]
+                  const int64_t* __restrict__ target, int64_t t_stride,
+                  const acc_t<T>* __restrict__ stats,  // [M, 2]
+                  const acc_t<T>* __restrict__ grad,   // [M] (stride)
+                  int64_t g_stride, int C, int64_t ignore_index, acc_t<T> smoothing, int chunks, bool last) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   const int64_t r = blockIdx.x / chunks;
   const int c0 = (int)(blockIdx.x % chunks) * kBwdThreads * kBwdNv * VEC;  // the chunk's first column
-  const int n = C - c0;                                                     // columns from there to the row's end
+  const int n = C - c0;                                                    // columns from there to the row's end
   rr::Regs<T, kBwdNv> v;
   v.load(x + r * xs + c0, n, threadIdx.x, kBwdThreads, from_acc<T>(A(0)), rr::l2_hint(last));
   const int64_t tg = target[r * t_stride];
@@ -692,15 +704,74 @@ __global__ void __launch_bounds__(kBwdThreads) rr_bwd_kernel(T* __restrict__ dx,
     if (c >= n) break;
     A a[VEC];
     v.fresh(s, a);
-    const int64_t d = tg - c0 - c;  // the target's lane in this slot, if it is in it
-    const int eh = d >= 0 && d < VEC ? (int)d : -1;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const A pr = ignored ? A(0) : exp_of<T>((a[e] - m) - ls);
-      a[e] = g * (pr - off - (e == eh ? hit : A(0)));
-    }
+    bwd_vec<T>(a, tg - c0 - c, ignored, g, m, ls, off, hit);
     rr::store(dx + r * dxs + c0, c, a);
   }
+}
+
+// The same over rows too short to fill rr_bwd_kernel's CTA (a row of V = C / VEC vectors left kBwdThreads * kBwdNv
+// - V of its slots idle, 15 of 16 threads at C = 128 in 16 bits, and launched a CTA per row): the [M, V] vectors
+// flattened, each CTA kBwdThreads * kBwdNv consecutive ones (any rows), thread t its kBwdNv at t + s kBwdThreads,
+// each vector with its own row's target, stats and grad (neighbouring threads share rows: L1 hits).
+template <class T>
+__global__ void __launch_bounds__(kBwdThreads, 4)
+    flat_bwd_kernel(T* __restrict__ dx, int64_t dxs,      // [M, C]
+                    const T* __restrict__ x, int64_t xs,  // [M, C]
+                    const int64_t* __restrict__ target, int64_t t_stride,
+                    const acc_t<T>* __restrict__ stats,  // [M, 2]
+                    const acc_t<T>* __restrict__ grad,   // [M] (stride)
+                    int64_t g_stride, int64_t M, int C, int64_t ignore_index, acc_t<T> smoothing, bool last) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  const unsigned V = (unsigned)(C / VEC);
+  const int64_t base = (int64_t)blockIdx.x * (kBwdThreads * kBwdNv);  // the CTA's first vector
+  const int64_t r0 = base / V;                                        // (one 64-bit division; then 32-bit ones)
+  const unsigned k0 = (unsigned)(base - r0 * V) + threadIdx.x;        // from row r0's first vector
+  const L2Hint h = l2_hint(last);
+  uint4 q[kBwdNv];
+  int64_t r[kBwdNv], tg[kBwdNv];
+  int c[kBwdNv];
+  A g[kBwdNv], m[kBwdNv], ls[kBwdNv];
+  // Every load first, the rows' too (each vector may be another row's): where each vector's target, grad and stats
+  // were loaded in its turn, after the stores before it, a thread waited on kBwdNv round trips in a row.
+#pragma unroll
+  for (int s = 0; s < kBwdNv; ++s) {
+    const unsigned k = k0 + s * kBwdThreads, dr = k / V;
+    r[s] = r0 + dr;
+    c[s] = (int)(k - dr * V) * VEC;
+    if (r[s] < M) {
+      q[s] = ld16(x + r[s] * xs + c[s], h);
+      tg[s] = target[r[s] * t_stride];
+      g[s] = grad[r[s] * g_stride];  // (read for an ignored row too: no wait on its target)
+      m[s] = stats[2 * r[s]];
+      ls[s] = stats[2 * r[s] + 1];
+    }
+  }
+  const A off = smoothing / A(C), hit = A(1) - smoothing;
+#pragma unroll
+  for (int s = 0; s < kBwdNv; ++s) {
+    if (r[s] >= M) break;
+    const bool ignored = tg[s] == ignore_index;
+    A a[VEC];
+    const uint32_t w[4] = {q[s].x, q[s].y, q[s].z, q[s].w};
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) a[e] = VEC == 4 ? rr::word_elem<T>(w[e], 0) : rr::word_elem<T>(w[e >> 1], e & 1);
+    bwd_vec<T>(a, tg[s] - c[s], ignored, ignored ? A(0) : g[s], m[s], ls[s], off, hit);
+    rr::store(dx + r[s] * dxs, c[s], a);
+  }
+}
+
+// The backward's kernel: flat_bwd_kernel for rows under kBwdFlatVecs vectors (16-bit) or half that (fp32), else
+// rr_bwd_kernel. H200, unchecked forward+backward, % of copy, rr_bwd_kernel -> flat_bwd_kernel (session 52): bf16
+// [1048576, 128] 8.9 -> 87.2, [131072, 512] 29.0 -> 82.0, [262144, 1000] 48.0 -> 93.5, [65536, 2048] 68.8 -> 91.0,
+// [16384, 4096] (512 vectors) 80.7 -> 85.5; fp32 [1048576, 128] 16.6 -> 47.0 (its forward at 23.4), [262144, 1000]
+// 85.6 -> 97.3, but [65536, 2048] (512 vectors, two a thread in rr_bwd_kernel) 98.7 -> 95.8. Before the rows' loads
+// moved ahead of the first store, flat_bwd_kernel had 77.7, 75.6, 86.6, 86.0 (bf16) and 83.2 (fp32 [262144, 1000]).
+// MYOPS_CE_BWD_FLAT: 1 that policy (default), 0 never flat, 2 always flat (A/B). Read once.
+constexpr int kBwdFlatVecs = kBwdThreads * kBwdNv;
+inline bool ce_bwd_flat(int64_t vecs_per_row, int es) {
+  static const int mode = rr::env_knob("MYOPS_CE_BWD_FLAT", 1, [](int m) { return m >= 0 && m <= 2; });
+  return mode == 2 || (mode == 1 && vecs_per_row < (es == 2 ? kBwdFlatVecs : kBwdFlatVecs / 2));
 }
 
 // ---- the scalars around the row kernels: one launch each where reduction "mean" took a chain of ATen ops (forward:
@@ -799,14 +870,18 @@ __global__ void __launch_bounds__(kScalarThreads)
 // length (128 to 2048): by that estimate, the one CTA's reads after the row kernel. Over ce_parts(M) parts,
 // part_kernel's CTAs each reduce a chunk of rows into parts [2, P] (the sum of their losses and the count of their
 // targets not ignored), then one CTA (parts_total_kernel) sums the parts in their order: deterministic for a given
-// M, as scalar_kernel. Not yet timed (nor run) on a GPU, hence off by default.
-constexpr int64_t kPartRows = 4096;  // (rows a part reduces, four a thread)
-constexpr int64_t kMaxParts = 1024;  // (M up to 2^24 of them: a part's count exact in fp32)
-// MYOPS_CE_PARTS: 0 (default until timed on a GPU) one CTA for every M; 1 parts of kPartRows rows from M = 4
-// kPartRows; 2 parts of 3 rows for every M > 1 (tests). The parts' count for M rows, or 0 (one CTA). Read once.
+// M, as scalar_kernel. H200, bf16 unchecked forward, % of copy, one CTA -> parts (session 52): [1048576, 128]
+// 22.9 -> 81.6, [131072, 512] 54.5 -> 72.3, [262144, 1000] 67.3 -> 90.0, [65536, 2048] 82.9 -> 86.7 (76.0 -> 72.5
+// us); but 16384 and 32768 rows lost 0.8-1.5 us ([16384, 512] 11.6 -> 13.1 us, [32768, 512] 16.2 -> 17.0,
+// [16384, 4096] 38.8 -> 39.9): there the one CTA's reads were shorter than a second launch.
+constexpr int64_t kPartRows = 4096;    // (rows a part reduces, four a thread)
+constexpr int64_t kPartsFrom = 65536;  // (rows, the least M reduced in parts)
+constexpr int64_t kMaxParts = 1024;    // (M up to 2^24 of them: a part's count exact in fp32)
+// MYOPS_CE_PARTS: 1 (default) parts of kPartRows rows from M = kPartsFrom; 0 one CTA for every M; 2 parts of 3 rows
+// for every M > 1 (tests). The parts' count for M rows, or 0 (one CTA). Read once.
 inline int64_t ce_parts(int64_t M) {
-  static const int mode = rr::env_knob("MYOPS_CE_PARTS", 0, [](int m) { return m >= 0 && m <= 2; });
-  if (mode == 0 || M < 2 || (mode == 1 && M < 4 * kPartRows) || M > (kMaxParts << 24)) return 0;
+  static const int mode = rr::env_knob("MYOPS_CE_PARTS", 1, [](int m) { return m >= 0 && m <= 2; });
+  if (mode == 0 || M < 2 || (mode == 1 && M < kPartsFrom) || M > (kMaxParts << 24)) return 0;
   const int64_t chunk = ceil_div(M, std::min(kMaxParts, ceil_div(M, mode == 2 ? 3 : kPartRows)));
   return ceil_div(M, chunk);
 }
@@ -1094,14 +1169,24 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
     using T = decltype(tag);
     constexpr int es = sizeof(T);
     if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
-      const int64_t chunks = ceil_div(C, (int64_t)kBwdThreads * kBwdNv * (16 / es));
-      if (C % (16 / es) == 0 && M * chunks < (1LL << 31) &&
-          rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es) &&
+      constexpr int64_t VEC = 16 / es;
+      const int64_t chunks = ceil_div(C, kBwdFlatVecs * VEC);
+      if (C % VEC == 0 && M * chunks < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es) &&
           rr::operand_ok(dx.ptr, dx.row_stride, dx.col_stride, M, C, es)) {
-        rr_bwd_kernel<T><<<(unsigned)(M * chunks), kBwdThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-            static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride,
-            static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, (int)C, ignore_index,
-            (acc_t<T>)smoothing, (int)chunks, rr::l2_last(M * C * es));
+        const auto st = static_cast<cudaStream_t>(stream);
+        const auto sp = static_cast<const acc_t<T>*>(stats);
+        const auto gp = static_cast<const acc_t<T>*>(grad);
+        const bool last = rr::l2_last(M * C * es);
+        if (const int64_t ctas = ceil_div(M * (C / VEC), kBwdFlatVecs);
+            ce_bwd_flat(C / VEC, es) && ctas < (1LL << 31)) {
+          flat_bwd_kernel<T><<<(unsigned)ctas, kBwdThreads, 0, st>>>(
+              static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, sp,
+              gp, g_stride, M, (int)C, ignore_index, (acc_t<T>)smoothing, last);
+        } else {
+          rr_bwd_kernel<T><<<(unsigned)(M * chunks), kBwdThreads, 0, st>>>(
+              static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, sp,
+              gp, g_stride, (int)C, ignore_index, (acc_t<T>)smoothing, (int)chunks, last);
+        }
         return launch_status();
       }
     }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One device call for cross_entropy over many short rows (csrc/cuda/cross_entropy.cu): builds, runs the
+# cross_entropy and vmap CUDA tests, then times (bf16 unchecked, reduction "mean", myops alone)
+# - the backward's flat kernel (MYOPS_CE_BWD_FLAT=1, the default: rows under 1024 vectors) against its row-chunk
+#   kernel (=0), forward+backward, over row lengths 128 to 32000 (and fp32 on three);
+# - the loss's reduction in parts (MYOPS_CE_PARTS=1, the default) against one CTA (=0) near the parts' threshold;
+# - the defaults against eager PyTorch and torch.compile on four shapes.
+# Usage (device tool, from the checkout): bash benchmarks/ce_short.sh; SHAPES="131072,512 65536,2048" replaces the
+# bf16 list, F32_SHAPES the fp32 one, PARTS_SHAPES the parts' (empty: none); TESTS=0 skips the tests, COMPARE=0 the
+# comparison.
+set -uo pipefail
+export PYTHONPATH=. MYOPS_CACHE_DIR=${MYOPS_CACHE_DIR:-/tmp/myops-cache} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+nvidia-smi --query-gpu=name --format=csv,noheader
+t0=$(date +%s)
+python -m torch_ops_jit build > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+echo "build $(( $(date +%s) - t0 )) s"
+if [ "${TESTS:-1}" = 1 ]; then
+  MYOPS_HYPOTHESIS_PROFILE=ci timeout 300 python -m pytest tests/test_cross_entropy.py tests/test_batching.py -m cuda \
+    -q -p no:cacheprovider > "$OUT/tests.log" 2>&1
+  echo "tests rc=$?"; grep -E "passed|failed|Error" "$OUT/tests.log" | tail -8
+fi
+run() {  # label shape dtypes impls [env...]
+  local label=$1 shape=$2 dtypes=$3 impls=$4; shift 4
+  env "$@" python benchmarks/bench.py --ops cross_entropy --cases unchecked --impls "$impls" --shape "$shape" \
+    --dtypes "$dtypes" 2>&1 | grep -E "myops|eager|compile|Error|FAIL" | grep -v "^myops:" | sed "s/^/$label /"
+}
+for s in ${SHAPES:-1048576,128 524288,256 131072,512 262144,1000 65536,1024 65536,2048 16384,4096 8192,8192 4096,32000}; do
+  for f in 0 1; do run "flat$f" "$s" bf16 myops MYOPS_CE_BWD_FLAT=$f; done
+done
+for s in ${F32_SHAPES-262144,1000 65536,2048 16384,4096}; do
+  for f in 0 1; do run "flat$f" "$s" fp32 myops MYOPS_CE_BWD_FLAT=$f; done
+done
+for s in ${PARTS_SHAPES-16384,512 32768,512 16384,4096}; do
+  for p in 0 1; do run "parts$p" "$s" bf16 myops MYOPS_CE_PARTS=$p; done
+done
+if [ "${COMPARE:-1}" = 1 ]; then
+  for s in 1048576,128 131072,512 262144,1000 65536,2048; do run default "$s" bf16 myops,eager,compile; done
+fi
+echo "-- $(( $(date +%s) - t0 )) s"
