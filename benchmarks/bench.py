@@ -200,6 +200,9 @@ CASES = [
     # many short rows: the loss's reduction over M = 262144 rows (MYOPS_CE_PARTS)
     Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, check_target=False), F.cross_entropy,
          backward=True, shape=(262144, 1000), variant="V=1000 unchecked"),
+    # GPT-2's vocabulary: rows of an odd length, each at another offset from a 16-byte boundary (MYOPS_CE_MISALIGNED)
+    Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, check_target=False), F.cross_entropy,
+         backward=True, shape=(4096, 50257), variant="V=50257 unchecked"),
     Case("cross_entropy", logits_target, lambda x, t: ops.cross_entropy(x, t, label_smoothing=0.1, check_target=False),
          lambda x, t: F.cross_entropy(x, t, label_smoothing=0.1), backward=True, shape=(4096, 32000),
          variant="smoothing unchecked", ref64=True),  # (fp16 eager sums a row's 32000 log-probabilities to inf)

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# One device call for cross_entropy over many short rows (csrc/cuda/cross_entropy.cu): builds, runs the
-# cross_entropy and vmap CUDA tests, then times (bf16 unchecked, reduction "mean", myops alone)
+# One device call for cross_entropy's row shapes off its [4096, 32000] case: many short rows and misaligned rows
+# (csrc/cuda/cross_entropy.cu). Builds, runs the cross_entropy and vmap CUDA tests, then times (unchecked target,
+# reduction "mean", myops alone, bf16 unless said)
 # - the backward's flat kernel (MYOPS_CE_BWD_FLAT=1, the default: rows under 1024 vectors) against its row-chunk
 #   kernel (=0), forward+backward, over row lengths 128 to 32000 (and fp32 on three);
 # - the loss's reduction in parts (MYOPS_CE_PARTS=1, the default) against one CTA (=0) near the parts' threshold;
+# - misaligned rows (odd C) on the rows.cuh engine (MYOPS_CE_MISALIGNED=0, the default for now) against the fold
+#   forward and the row-chunk backward with heads and tails (=1), bf16 and fp32;
 # - the defaults against eager PyTorch and torch.compile on four shapes.
 # Usage (device tool, from the checkout): bash benchmarks/ce_short.sh; SHAPES="131072,512 65536,2048" replaces the
-# bf16 list, F32_SHAPES the fp32 one, PARTS_SHAPES the parts' (empty: none); TESTS=0 skips the tests, COMPARE=0 the
-# comparison.
+# bf16 list, F32_SHAPES the fp32 one, PARTS_SHAPES the parts', MIS_SHAPES the misaligned ones (empty: none); TESTS=0
+# skips the tests, COMPARE=0 the comparison.
 set -uo pipefail
 export PYTHONPATH=. MYOPS_CACHE_DIR=${MYOPS_CACHE_DIR:-/tmp/myops-cache} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 export PYTHONUNBUFFERED=1
@@ -34,6 +37,9 @@ for s in ${F32_SHAPES-262144,1000 65536,2048 16384,4096}; do
 done
 for s in ${PARTS_SHAPES-16384,512 32768,512 16384,4096}; do
   for p in 0 1; do run "parts$p" "$s" bf16 myops MYOPS_CE_PARTS=$p; done
+done
+for s in ${MIS_SHAPES-4096,50257 65536,1001 8192,8195}; do  # misaligned rows: the rows.cuh engine against the fold
+  for m in 0 1; do run "mis$m" "$s" bf16,fp32 myops MYOPS_CE_MISALIGNED=$m; done
 done
 if [ "${COMPARE:-1}" = 1 ]; then
   for s in 1048576,128 131072,512 262144,1000 65536,2048; do run default "$s" bf16 myops,eager,compile; done

@@ -478,6 +478,56 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
 
 
 @pytest.mark.cuda
+def test_misaligned_rows(tmp_path):
+    """MYOPS_CE_MISALIGNED=1 (read once per process: a subprocess): rows that do not start on a 16-byte boundary or
+    do not hold whole 16-byte vectors take the fold forward (16-bit) and the row-chunk backward with each row's head
+    and tail one element a thread. Odd C (every row at another offset; GPT-2's 50257), logits one column into a wider
+    tensor (a misaligned pointer, x and dx at different offsets: the backward's engine), a row stride of C + 3, rows
+    shorter than a vector, a warp's last rows past the end (37 rows of 4 threads), smoothing, an ignored row, and
+    test_extreme_logits' rows one column in (the exact second pass over head and tail); loss and gradient against
+    float64."""
+    cases = []
+    for (M, C), layout in [((5, 7), "odd"), ((9, 1001), "odd"), ((3, 50257), "odd"), ((37, 130), "offset"),
+                           ((6, 8192), "offset"), ((4, 2048), "stride"), ((3, 8195), "odd")]:
+        for dtype in (torch.bfloat16, torch.float16, torch.float32):
+            for smoothing in (0.0, 0.1):
+                wide = C + (1 if layout == "offset" else 3 if layout == "stride" else 0)
+                big = make_tensor((M, wide), dtype, "cpu", seed=C + M) * 4
+                t = targets(M, C, "cpu", M, ignore_frac=0.0)
+                t[1] = -100
+                g = torch.randn(M, generator=torch.Generator().manual_seed(C)).to(dtype)
+                cases.append((big, layout, C, t, g, smoothing))
+    for dtype in (torch.bfloat16, torch.float16):
+        x, t, g = extreme_logits(dtype, 4097)
+        t = t.clamp(max=4095)
+        t[7] = 2  # (row 7's one finite logit, column 3, is column 2 one column in)
+        cases.append((x, "offset", 4096, t, g, 0.0))
+    torch.save(cases, tmp_path / "in.pt")
+    code = f"""import torch, ops
+out = []
+for big, layout, C, t, g, smoothing in torch.load({str(tmp_path / "in.pt")!r}):
+    big = big.cuda()
+    x = (big[:, 1:] if layout == "offset" else big[:, :C]).detach().requires_grad_()
+    loss = ops.cross_entropy(x, t.cuda(), -100, smoothing, "none")
+    (dx,) = torch.autograd.grad(loss, x, g.cuda())
+    out.append((loss.detach().cpu(), dx.cpu()))
+torch.save(out, {str(tmp_path / "out.pt")!r})
+"""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_MISALIGNED="1"),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for (big, layout, C, t, g, smoothing), (loss, dx) in zip(cases, torch.load(tmp_path / "out.pt")):
+        x = big[:, 1:] if layout == "offset" else big[:, :C]
+        x64 = x.double().requires_grad_()
+        ref = F.cross_entropy(x64, t, ignore_index=-100, label_smoothing=smoothing, reduction="none")
+        (dref,) = torch.autograd.grad(ref, x64, g.double())
+        what = f"{tuple(x.shape)} {layout} {x.dtype} smoothing {smoothing}"
+        check_close(loss, ref, x.dtype, what=f"loss {what}")
+        check_close(dx, dref, x.dtype, what=f"grad {what}")
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("parts", ["1", "2"])
 def test_loss_parts(parts, tmp_path):
     """The GPU's "mean" / "sum" over many rows in parts (MYOPS_CE_PARTS, read once per process: run in a

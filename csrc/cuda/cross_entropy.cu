@@ -22,6 +22,11 @@ using namespace myops::rows;
 // A row's target (not ignore_index) clamped into the row, so that a bad index never reads outside it; such a row's
 // log-sum is saved as NaN (its loss and gradient are NaN). Raising an error for it is check_targets_kernel's job.
 __device__ __forceinline__ int64_t clamped_target(int64_t tg, int64_t C) { return tg < 0 ? 0 : tg >= C ? C - 1 : tg; }
+// The elements of row p (of n) before its first 16-byte boundary: a misaligned row's head, taken one element a
+// thread beside the 16-byte loads of the rest (0 for an aligned row).
+template <class T> __device__ __forceinline__ int head_elems(const T* p, int n) {
+  return min(n, (int)(((16u - (unsigned)(reinterpret_cast<uintptr_t>(p) & 15u)) & 15u) / sizeof(T)));
+}
 
 // The target check (check_target): CTA b scans rows b * kCheckThreads + t, stepping over the grid, and writes 1 + the
 // least row it met whose target is outside [0, C) and not ignore_index, or 0, to bad[b]. Every slot is written, so bad
@@ -433,8 +438,12 @@ __device__ __forceinline__ float fold_row(float v, float* sh) {
 // TPR threads a row (4 to kStreamThreads), kStreamThreads / TPR rows a CTA, each CTA its rows once (grid = M / rows
 // a CTA, no row loop). A thread of a row past M loads nothing but still takes its warp's shuffles (TPR < 32) or the
 // CTA's barriers (TPR > 32); a warp whose rows are all past M returns.
-template <class T, bool SMOOTH, int TPR>
-__global__ void __launch_bounds__(kStreamThreads, 8)
+// MIS: rows need not start on a 16-byte boundary nor hold a multiple of VEC columns (C odd, or a row stride that is
+// not a multiple of VEC): each row's head (to its first boundary) and tail (after its last whole vector), under VEC
+// columns each, are folded one element a thread before its vectors. At eight CTAs an SM (32 registers) the MIS
+// kernels spilled 8-48 bytes (ptxas, the smoothed ones), so they take six (40 registers, no spills).
+template <class T, bool SMOOTH, int TPR, bool MIS = false>
+__global__ void __launch_bounds__(kStreamThreads, MIS ? 6 : 8)
     fold_fwd_kernel(float* __restrict__ loss,             // [M]
                     float* __restrict__ stats,            // [M, 2]
                     const T* __restrict__ x, int64_t xs,  // [M, C]
@@ -452,10 +461,28 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
   if (TPR <= 32 && (int64_t)blockIdx.x * (kStreamThreads / TPR) + threadIdx.x / 32 * (32 / TPR) >= M)
     return;  // (the warp's rows are past M; no CTA barrier)
   const int t = (int)(threadIdx.x % TPR);
-  const uint4* __restrict__ row = reinterpret_cast<const uint4*>(x + row_of() * xs);  // [C / 8]
-  const int nv = kOneRow || row_of() < M ? C / VEC : 0;
-  const uint32_t ninf = rr::splat_word(from_acc<T>(neg_inf<float>()));
+  const bool live = kOneRow || row_of() < M;
+  // (MIS) The row's head and tail columns, C - nv VEC, the k-th at k (head, h columns) or k + nv VEC (tail).
+  const auto extra = [&](int k, int h, int nv) { return to_acc(x[row_of() * xs + (k < h ? k : k + nv * VEC)]); };
+  const auto head = [&] { return MIS ? head_elems(x + row_of() * xs, C) : 0; };
   float m = neg_inf<float>(), c = 0.f, s = 0.f, sx = 0.f;
+  if constexpr (MIS) {  // folded first, one a thread, so that nothing of them is held through the vectors' loop
+    const int h = head(), nv = live ? (C - h) / VEC : 0;
+    for (int k = t; k < (live ? C - nv * VEC : 0); k += TPR) {
+      const float a = extra(k, h, nv);
+      if (a > m) {
+        c = a * kLog2e;
+        s = s * exp2_ftz((m == neg_inf<float>() ? c : m * kLog2e) - c);  // (the same rescale as the vectors')
+        m = a;
+      }
+      s += exp2_ftz(fmaf(a, kLog2e, -c));
+      if (SMOOTH) sx += a;
+    }
+  }
+  const int h = head();
+  const uint4* __restrict__ row = reinterpret_cast<const uint4*>(x + row_of() * xs + h);  // [nv]
+  const int nv = live ? (C - h) / VEC : 0;
+  const uint32_t ninf = rr::splat_word(from_acc<T>(neg_inf<float>()));
   for (int j0 = t; j0 < nv; j0 += TPR * U) {
     rr::Regs<T, U> v;  // (its words; the loads are this kernel's own, bounded by vectors)
     auto& w = v.u;
@@ -503,6 +530,10 @@ __global__ void __launch_bounds__(kStreamThreads, 8)
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         s += exp_ftz(rr::word_elem<T>(wq[i], 0) - mr) + exp_ftz(rr::word_elem<T>(wq[i], 1) - mr);
+    }
+    if constexpr (MIS) {
+      const int h2 = head(), nv2 = live ? (C - h2) / VEC : 0;
+      for (int k = t; k < (live ? C - nv2 * VEC : 0); k += TPR) s += exp_ftz(extra(k, h2, nv2) - mr);
     }
     s = fold_row<TPR, false>(s, sh);
     if (redo) sr = s;
@@ -555,6 +586,16 @@ inline int ce_fold(int64_t row_bytes) {
   if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes <= kFoldMaxBytes))) return 0;
   if (fixed) return fixed;
   return row_bytes <= 1024 ? 4 : row_bytes < 8 * 1024 ? 8 : row_bytes < 16 * 1024 ? 128 : kStreamThreads;
+}
+
+// Misaligned rows (C not a multiple of 16 / sizeof(T) columns, as GPT-2's 50257, or such a row stride or pointer)
+// took the rows.cuh engine (ce_fwd_kernel, ce_bwd_kernel: its one-element loads wherever a row is not aligned);
+// with MYOPS_CE_MISALIGNED=1 the 16-bit forward takes fold_fwd_kernel (ce_fold's threads a row) and the backward
+// of rows of kBwdThreads vectors or more rr_bwd_kernel, each with a row's head and tail one element a thread beside
+// 16-byte loads of the rest. 0 (default until run on a GPU): the engine. Read once.
+inline bool ce_misaligned() {
+  static const int mode = rr::env_knob("MYOPS_CE_MISALIGNED", 0, [](int m) { return m == 0 || m == 1; });
+  return mode == 1;
 }
 
 // MYOPS_CE_BULK: 1 (default) rows of kBulkMinBytes to kBulkMaxBytes take bulk_fwd_kernel (but fp32 rows on the
@@ -679,7 +720,9 @@ __device__ __forceinline__ void bwd_vec(A (&a)[VEC], int64_t tg, bool ignored, A
 // Backward has no reduction, so it need not hold a row: each CTA takes kBwdThreads * kBwdNv vectors of one row
 // (grid = M * chunks), the layout of an elementwise kernel, with the row's target, stats and grad broadcast.
 constexpr int kBwdThreads = 256, kBwdNv = 4;
-template <class T>
+// MIS: rows misaligned as fold_fwd_kernel's, x's and dx's alike (the same offset from a 16-byte boundary in each
+// row): the vectors start at the row's head, whose columns (and the tail's) chunk 0's threads take one each.
+template <class T, bool MIS = false>
 __global__ void __launch_bounds__(kBwdThreads)
     rr_bwd_kernel(T* __restrict__ dx, int64_t dxs,      // [M, C]
                   const T* __restrict__ x, int64_t xs,  // [M, C]
@@ -690,10 +733,12 @@ __global__ void __launch_bounds__(kBwdThreads)
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   const int64_t r = blockIdx.x / chunks;
-  const int c0 = (int)(blockIdx.x % chunks) * kBwdThreads * kBwdNv * VEC;  // the chunk's first column
-  const int n = C - c0;                                                    // columns from there to the row's end
+  const int h = MIS ? head_elems(x + r * xs, C) : 0;                       // (the head's columns)
+  const int nb = MIS ? (C - h) / VEC * VEC : C;                            // (the vectors' columns, from h)
+  const int c0 = (int)(blockIdx.x % chunks) * kBwdThreads * kBwdNv * VEC;  // the chunk's first column (from h)
+  const int n = nb - c0;                                                   // columns from there to the vectors' end
   rr::Regs<T, kBwdNv> v;
-  v.load(x + r * xs + c0, n, threadIdx.x, kBwdThreads, from_acc<T>(A(0)), rr::l2_hint(last));
+  v.load(x + r * xs + h + c0, n, threadIdx.x, kBwdThreads, from_acc<T>(A(0)), rr::l2_hint(last));
   const int64_t tg = target[r * t_stride];
   const bool ignored = tg == ignore_index;
   const A g = ignored ? A(0) : grad[r * g_stride], m = stats[2 * r], ls = stats[2 * r + 1];
@@ -704,8 +749,16 @@ __global__ void __launch_bounds__(kBwdThreads)
     if (c >= n) break;
     A a[VEC];
     v.fresh(s, a);
-    bwd_vec<T>(a, tg - c0 - c, ignored, g, m, ls, off, hit);
-    rr::store(dx + r * dxs + c0, c, a);
+    bwd_vec<T>(a, tg - h - c0 - c, ignored, g, m, ls, off, hit);
+    rr::store(dx + r * dxs + h + c0, c, a);
+  }
+  if (MIS && c0 == 0) {  // the head's and the tail's columns (under VEC each), k-th at k or k + nb
+    for (int k = threadIdx.x; k < C - nb; k += kBwdThreads) {
+      const int col = k < h ? k : k + nb;
+      A a[1] = {to_acc(x[r * xs + col])};
+      bwd_vec<T>(a, tg - col, ignored, g, m, ls, off, hit);
+      dx[r * dxs + col] = from_acc<T>(a[0]);
+    }
   }
 }
 
@@ -1079,6 +1132,27 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
     constexpr int es = sizeof(T);
     using A = acc_t<T>;
     const auto row_kernel = [&](bool dependent) -> int {  // dependent: a programmatic dependent of the check
+      // (fold_fwd_kernel at ftpr threads a row, 16-bit types only; mis: std::true_type for misaligned rows)
+      const auto fold_at = [&](int ftpr, auto mis) {
+        rr::Geo g;
+        g.threads = kStreamThreads;
+        const auto fold = [&](auto tpr) {
+          constexpr int F = decltype(tpr)::value;
+          constexpr bool MIS = decltype(mis)::value;
+          const auto go = [&](auto kernel) {
+            return rr::launch_as(dependent, g, ceil_div(M, (int64_t)(kStreamThreads / F)), kernel, st,
+                                 static_cast<A*>(rows), static_cast<A*>(stats), static_cast<const T*>(x.ptr),
+                                 x.row_stride, target, t_stride, M, (int)C, ignore_index, (A)smoothing);
+          };
+          return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F, MIS>) : go(fold_fwd_kernel<T, false, F, MIS>);
+        };
+        return with_pow2<4, kStreamThreads>(ftpr, fold);
+      };
+      if constexpr (es == 2) {  // misaligned 16-bit rows (C not a multiple of 8, or such a row stride or pointer)
+        if (ce_misaligned() && (x.col_stride == 1 || C == 1) && C < (1LL << 31) && M < (1LL << 31) &&
+            !(C % 8 == 0 && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)))
+          if (const int ftpr = ce_fold(C * es)) return fold_at(ftpr, std::true_type{});
+      }
       if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
         if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
           // (the stream kernel for geometry g: g.rows rows per CTA, or g.cluster CTAs per row; g.tpr threads a row)
@@ -1106,20 +1180,7 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
                                     : stream(g, stream_fwd_kernel<T, false, false, 4, kStreamThreads, S>);
           };
           if constexpr (es == 2) {
-            if (const int ftpr = ce_fold(C * es); ftpr && M < (1LL << 31)) {
-              rr::Geo g;
-              g.threads = kStreamThreads;
-              const auto fold = [&](auto tpr) {
-                constexpr int F = decltype(tpr)::value;
-                const auto go = [&](auto kernel) {
-                  return rr::launch_as(dependent, g, ceil_div(M, (int64_t)(kStreamThreads / F)), kernel, st,
-                                       static_cast<A*>(rows), static_cast<A*>(stats), static_cast<const T*>(x.ptr),
-                                       x.row_stride, target, t_stride, M, (int)C, ignore_index, (A)smoothing);
-                };
-                return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F>) : go(fold_fwd_kernel<T, false, F>);
-              };
-              return with_pow2<4, kStreamThreads>(ftpr, fold);
-            }
+            if (const int ftpr = ce_fold(C * es); ftpr && M < (1LL << 31)) return fold_at(ftpr, std::false_type{});
           }
           const int tpr = ce_fwd_tpr(M, C * es, es);
           switch (tpr) {
@@ -1187,6 +1248,18 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
               static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, sp,
               gp, g_stride, (int)C, ignore_index, (acc_t<T>)smoothing, (int)chunks, last);
         }
+        return launch_status();
+      }
+      // Misaligned rows (ce_misaligned) of kBwdThreads vectors or more, dx's rows as far from a 16-byte boundary as
+      // x's (dx as the op allocates it, for contiguous logits).
+      const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+      if (ce_misaligned() && C / VEC >= kBwdThreads && C < (1LL << 31) && M * chunks < (1LL << 31) &&
+          x.col_stride == 1 && dx.col_stride == 1 && (addr(x.ptr) - addr(dx.ptr)) % 16 == 0 &&
+          (M <= 1 || (x.row_stride - dx.row_stride) * es % 16 == 0)) {
+        rr_bwd_kernel<T, true><<<(unsigned)(M * chunks), kBwdThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride,
+            static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, (int)C, ignore_index,
+            (acc_t<T>)smoothing, (int)chunks, rr::l2_last(M * C * es));
         return launch_status();
       }
     }
