@@ -5,11 +5,13 @@
 # - the backward's flat kernel (MYOPS_CE_BWD_FLAT=1, the default: rows under 1024 vectors) against its row-chunk
 #   kernel (=0), forward+backward, over row lengths 128 to 32000 (and fp32 on three);
 # - the loss's reduction in parts (MYOPS_CE_PARTS=1, the default) against one CTA (=0) near the parts' threshold;
+# - fp32 short rows on a warp per row (MYOPS_CE_FOLD32=0, the default for now) against the fold kernel (=1; =2 at 4,
+#   8 and 16 threads a row);
 # - misaligned rows (odd C) on the rows.cuh engine (MYOPS_CE_MISALIGNED=0, the default for now) against the fold
 #   forward and the row-chunk backward with heads and tails (=1), bf16 and fp32;
 # - the defaults against eager PyTorch and torch.compile on four shapes.
 # Usage (device tool, from the checkout): bash benchmarks/ce_short.sh; SHAPES="131072,512 65536,2048" replaces the
-# bf16 list, F32_SHAPES the fp32 one, PARTS_SHAPES the parts', MIS_SHAPES the misaligned ones (empty: none); TESTS=0
+# bf16 list, F32_SHAPES the fp32 one, PARTS_SHAPES, FOLD32_SHAPES and MIS_SHAPES the others (empty: none); TESTS=0
 # skips the tests, COMPARE=0 the comparison.
 set -uo pipefail
 export PYTHONPATH=. MYOPS_CACHE_DIR=${MYOPS_CACHE_DIR:-/tmp/myops-cache} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
@@ -37,6 +39,10 @@ for s in ${F32_SHAPES-262144,1000 65536,2048 16384,4096}; do
 done
 for s in ${PARTS_SHAPES-16384,512 32768,512 16384,4096}; do
   for p in 0 1; do run "parts$p" "$s" bf16 myops MYOPS_CE_PARTS=$p; done
+done
+for s in ${FOLD32_SHAPES-1048576,128 524288,256 131072,512}; do  # fp32 short rows: a warp per row against the fold
+  for f in 0 1; do run "fold32_$f" "$s" fp32 myops MYOPS_CE_FOLD32=$f; done
+  for t in 4 8 16; do run "fold32_tpr$t" "$s" fp32 myops MYOPS_CE_FOLD32=2 MYOPS_CE_FOLD_TPR=$t; done
 done
 for s in ${MIS_SHAPES-4096,50257 65536,1001 8192,8195}; do  # misaligned rows: the rows.cuh engine against the fold
   for m in 0 1; do run "mis$m" "$s" bf16,fp32 myops MYOPS_CE_MISALIGNED=$m; done

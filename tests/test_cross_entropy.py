@@ -427,9 +427,12 @@ def test_graph_replay(dtype):
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "8"},
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "16"},
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "4"},
-                                 {"MYOPS_CE_BWD_FLAT": "2"}, {"MYOPS_CE_BWD_FLAT": "0"}],
+                                 {"MYOPS_CE_BWD_FLAT": "2"}, {"MYOPS_CE_BWD_FLAT": "0"}, {"MYOPS_CE_FOLD32": "2"},
+                                 {"MYOPS_CE_FOLD32": "2", "MYOPS_CE_FOLD_TPR": "16"},
+                                 {"MYOPS_CE_FOLD32": "2", "MYOPS_CE_FOLD_TPR": "32"}],
                          ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128", "fold", "fold32", "fold64",
-                              "fold128", "fold8", "fold16", "fold4", "bwd_flat", "bwd_rows"])
+                              "fold128", "fold8", "fold16", "fold4", "bwd_flat", "bwd_rows", "f32fold", "f32fold16",
+                              "f32fold32"])
 def test_forward_variants(env, tmp_path):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
     the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
@@ -439,7 +442,8 @@ def test_forward_variants(env, tmp_path):
     on the H200), the last CTA's rows past the end included; MYOPS_CE_FOLD=2: the fold kernel for every 16-bit row
     (MYOPS_CE_FOLD_TPR=4 / 8 / 16 / 32 / 64 / 128: that many threads a row, several rows a CTA, or a warp);
     MYOPS_CE_BWD_FLAT=2 / 0: the backward's flat kernel (CTAs over any rows' vectors; by default rows under 1024
-    vectors) / its row-chunk kernel for every row. Rows far
+    vectors) / its row-chunk kernel for every row; MYOPS_CE_FOLD32=2: the fold kernel for every fp32 row (4 or 8
+    threads a row by its bytes, or MYOPS_CE_FOLD_TPR's 16 / 32). Rows far
     longer and far shorter than a CTA's or cluster's threads (C = 8: one thread holds the row), a partial last group
     (C = 1000, 16000), a warp whose last rows are past the end (37 rows), smoothing, an ignored row, and
     test_extreme_logits' rows (a CTA's or warp's rows redone exactly beside rows that are not); loss and gradient

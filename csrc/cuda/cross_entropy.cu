@@ -441,17 +441,19 @@ __device__ __forceinline__ float fold_row(float v, float* sh) {
 // MIS: rows need not start on a 16-byte boundary nor hold a multiple of VEC columns (C odd, or a row stride that is
 // not a multiple of VEC): each row's head (to its first boundary) and tail (after its last whole vector), under VEC
 // columns each, are folded one element a thread before its vectors. At eight CTAs an SM (32 registers) the MIS
-// kernels spilled 8-48 bytes (ptxas, the smoothed ones), so they take six (40 registers, no spills).
+// kernels spilled 8-48 bytes (ptxas, the smoothed ones), so they take six (40 registers, no spills), as do the fp32
+// smoothed ones (8 bytes at 4-16 threads a row).
 template <class T, bool SMOOTH, int TPR, bool MIS = false>
-__global__ void __launch_bounds__(kStreamThreads, MIS ? 6 : 8)
+__global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOOTH) ? 6 : 8)
     fold_fwd_kernel(float* __restrict__ loss,             // [M]
                     float* __restrict__ stats,            // [M, 2]
                     const T* __restrict__ x, int64_t xs,  // [M, C]
                     const int64_t* __restrict__ target,   // [M]
                     int64_t t_stride, int64_t M, int C, int64_t ignore_index, float smoothing) {
-  static_assert(sizeof(T) == 2, "16-bit logits");
+  constexpr bool L2F = sizeof(T) == 2;  // (the log2 fold; fp32: exp_f32 against the running maximum)
+  static_assert(L2F || (sizeof(T) == 4 && !MIS), "16-bit logits, or fp32 (aligned)");
   static_assert(TPR >= 4 && TPR <= kStreamThreads && (TPR & (TPR - 1)) == 0, "TPR: a power of 2, 4 and up");
-  constexpr int U = 4, VEC = 8;
+  constexpr int U = 4, VEC = 16 / sizeof(T);
   __shared__ float sh[kStreamThreads / 32];
   pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
   // (the row's index and pointer are taken again at the end from the parameters: kept live through the fold, they
@@ -492,20 +494,32 @@ __global__ void __launch_bounds__(kStreamThreads, MIS ? 6 : 8)
       const uint4 q = j < nv ? row[j] : make_uint4(ninf, ninf, ninf, ninf);
       w[u][0] = q.x, w[u][1] = q.y, w[u][2] = q.z, w[u][3] = q.w;
     }
-    const float mx = fmaxf(m, rr::thread_max<T, U>(v));  // (on the packed words)
+    const float mx = fmaxf(m, rr::thread_max<T, U>(v));  // (16-bit: on the packed words)
     if (mx > m) {  // never from -inf to -inf; from -inf, s is 0
-      const float cn = mx * kLog2e;
-      s = m == neg_inf<float>() ? s : s * exp2_ftz(c - cn);
-      c = cn;
+      if constexpr (L2F) {
+        const float cn = mx * kLog2e;
+        s = m == neg_inf<float>() ? s : s * exp2_ftz(c - cn);
+        c = cn;
+      } else {
+        s = m == neg_inf<float>() ? s : s * exp_f32(m - mx);
+      }
       m = mx;
     }
+    if constexpr (L2F) {
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+      for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float a = rr::word_elem<T>(w[u][i], 0), b = rr::word_elem<T>(w[u][i], 1);
-        s += exp2_ftz(fmaf(a, kLog2e, -c)) + exp2_ftz(fmaf(b, kLog2e, -c));
-      }
+        for (int i = 0; i < 4; ++i) {
+          const float a = rr::word_elem<T>(w[u][i], 0), b = rr::word_elem<T>(w[u][i], 1);
+          s += exp2_ftz(fmaf(a, kLog2e, -c)) + exp2_ftz(fmaf(b, kLog2e, -c));
+        }
+    } else {
+      const float ms = m == neg_inf<float>() ? 0.f : m;  // (all -inf so far: exp(-inf - 0) = 0, not NaN)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s += exp_f32(__uint_as_float(w[u][i]) - ms);
+    }
     // The sum of x after the exps, from the words again: summed beside them, bf16's kept a, b and the fill's test
     // live together and spilled 4-12 bytes under 256 threads a row (ptxas; same sums, same order).
     if (SMOOTH)
@@ -513,16 +527,19 @@ __global__ void __launch_bounds__(kStreamThreads, MIS ? 6 : 8)
       for (int u = 0; u < U; ++u)
         if (j0 + u * TPR < nv)  // (the fill must not enter sum(x))
 #pragma unroll
-          for (int i = 0; i < 4; ++i) sx += rr::word_elem<T>(w[u][i], 0) + rr::word_elem<T>(w[u][i], 1);
+          for (int i = 0; i < 4; ++i)
+            sx += L2F ? rr::word_elem<T>(w[u][i], 0) + rr::word_elem<T>(w[u][i], 1) : __uint_as_float(w[u][i]);
   }
-  if (m != neg_inf<float>()) s = fabsf(m) < 0x1p16f ? s * exp2_ftz(-fmaf(m, kLog2e, -c)) : nan_of<float>();
+  if (L2F && m != neg_inf<float>()) s = fabsf(m) < 0x1p16f ? s * exp2_ftz(-fmaf(m, kLog2e, -c)) : nan_of<float>();
   const float mr = fold_row<TPR, true>(m, sh);
-  float sr = fold_row<TPR, false>(m == neg_inf<float>() ? 0.f : s * exp_ftz(m - mr), sh);
+  float sr = fold_row<TPR, false>(m == neg_inf<float>() ? 0.f : s * exp_of<T>(m - mr), sh);
   // The exact pass: uniform over the row, and over the warp (TPR < 32: its shuffles) or for 32 < TPR <
   // kStreamThreads over the CTA (its barriers), where every row takes it if one needs it and only that one keeps its
   // result.
-  const bool redo = !(sr < INFINITY);
-  if (TPR > 32 && !kOneRow ? __syncthreads_or(redo) : TPR < 32 ? __any_sync(0xffffffffu, redo) : redo) {
+  // (fp32 takes no second pass: its exps are exact against the running maximum, and a NaN or +inf logit gives a NaN
+  // sum there as in the stream kernel)
+  const bool redo = L2F && !(sr < INFINITY);
+  if (L2F && (TPR > 32 && !kOneRow ? __syncthreads_or(redo) : TPR < 32 ? __any_sync(0xffffffffu, redo) : redo)) {
     s = 0.f;
     for (int j = t; j < nv; j += TPR) {
       const uint4 q = row[j];
@@ -586,6 +603,21 @@ inline int ce_fold(int64_t row_bytes) {
   if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes <= kFoldMaxBytes))) return 0;
   if (fixed) return fixed;
   return row_bytes <= 1024 ? 4 : row_bytes < 8 * 1024 ? 8 : row_bytes < 16 * 1024 ? 128 : kStreamThreads;
+}
+
+// fp32 rows on fold_fwd_kernel (exp_f32 against the running maximum, no log2 fold, no second pass), 4 to 32 threads
+// a row. fp32 rows of 512 bytes had stayed at 23.4% of copy on a warp per row (H200, [1048576, 128] forward,
+// unchecked, session 52), where 16-bit rows of that length on 4 threads reach 81.6. MYOPS_CE_FOLD32: 0 (default
+// until timed on a GPU) none; 1 rows up to kFold32MaxBytes on dram_rich_sms devices, 4 threads a row up to 1 KB,
+// else 8; 2 every fp32 row (A/B, tests). MYOPS_CE_FOLD_TPR fixes the threads a row (over 32: 32). Read once.
+constexpr int64_t kFold32MaxBytes = 2048;
+inline int ce_fold32(int64_t row_bytes) {
+  static const int mode = rr::env_knob("MYOPS_CE_FOLD32", 0, [](int m) { return m >= 0 && m <= 2; });
+  static const int fixed =
+      rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || (t >= 4 && t <= 256 && (t & (t - 1)) == 0); });
+  if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes <= kFold32MaxBytes))) return 0;
+  if (fixed) return std::min(fixed, 32);
+  return row_bytes <= 1024 ? 4 : 8;
 }
 
 // Misaligned rows (C not a multiple of 16 / sizeof(T) columns, as GPT-2's 50257, or such a row stride or pointer)
@@ -1132,7 +1164,7 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
     constexpr int es = sizeof(T);
     using A = acc_t<T>;
     const auto row_kernel = [&](bool dependent) -> int {  // dependent: a programmatic dependent of the check
-      // (fold_fwd_kernel at ftpr threads a row, 16-bit types only; mis: std::true_type for misaligned rows)
+      // (fold_fwd_kernel at ftpr threads a row; mis: std::true_type for misaligned 16-bit rows)
       const auto fold_at = [&](int ftpr, auto mis) {
         rr::Geo g;
         g.threads = kStreamThreads;
@@ -1146,7 +1178,7 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
           };
           return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F, MIS>) : go(fold_fwd_kernel<T, false, F, MIS>);
         };
-        return with_pow2<4, kStreamThreads>(ftpr, fold);
+        return with_pow2<4, es == 2 ? kStreamThreads : 32>(ftpr, fold);  // (fp32: up to 32 threads a row)
       };
       if constexpr (es == 2) {  // misaligned 16-bit rows (C not a multiple of 8, or such a row stride or pointer)
         if (ce_misaligned() && (x.col_stride == 1 || C == 1) && C < (1LL << 31) && M < (1LL << 31) &&
@@ -1181,6 +1213,8 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
           };
           if constexpr (es == 2) {
             if (const int ftpr = ce_fold(C * es); ftpr && M < (1LL << 31)) return fold_at(ftpr, std::false_type{});
+          } else {
+            if (const int ftpr = ce_fold32(C * es); ftpr && M < (1LL << 31)) return fold_at(ftpr, std::false_type{});
           }
           const int tpr = ce_fwd_tpr(M, C * es, es);
           switch (tpr) {
