@@ -108,6 +108,36 @@ torch.save([ops.sum(x.cuda(), -1).cpu() for x in xs], sys.argv[2])
             assert torch.equal(out.cpu(), ref), f"K = {x.shape[1]}: the straight-line / 512-thread kernel's bits differ"
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("min_tpr", ["4", "16"])
+def test_short_rows(min_tpr):
+    """Rows shorter than a warp's one pass at MYOPS_SUM_MIN_TPR = 4 / 16 threads a row (read once per process: a
+    subprocess): several rows a warp, each summed over its own lanes. Every dtype; K from 1 to 512, contiguous (the
+    straight-line kernel where K is one pass) or a column slice (row stride K + 5: one-element loads); 37 rows (a
+    partial last CTA) and 1000; against float64."""
+    xs = []
+    for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+        for k in (1, 3, 8, 16, 31, 64, 100, 128, 255, 256, 512):
+            for m, sliced in ((37, False), (1000, False), (37, True)):
+                x = make_tensor((m, k + 5 if sliced else k), dtype, "cpu", seed=k + m)
+                xs.append(x[:, :k] if sliced else x)
+    code = """import sys, torch, ops
+xs = torch.load(sys.argv[1])
+torch.save([ops.sum(x.cuda(), -1).cpu() for x in xs], sys.argv[2])
+"""
+    with tempfile.TemporaryDirectory() as d:
+        torch.save(xs, os.path.join(d, "in.pt"))
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        r = subprocess.run([sys.executable, "-c", code, os.path.join(d, "in.pt"), os.path.join(d, "out.pt")],
+                           cwd=root, env=dict(os.environ, MYOPS_SUM_MIN_TPR=min_tpr), capture_output=True, text=True,
+                           timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+        for x, out in zip(xs, torch.load(os.path.join(d, "out.pt"))):
+            x64 = x.double()
+            check_close(out, x64.sum(-1), x.dtype, scale=x64.abs().sum(-1),
+                        what=f"{tuple(x.shape)} stride {x.stride()} {x.dtype}")
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("shape,dim", [((1 << 20,), None), ((3, 200_001), [1]), ((300_000, 7), [0])])
 def test_cpu_split_sums_do_not_depend_on_threads(dtype, shape, dim):

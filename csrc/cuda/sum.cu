@@ -3,10 +3,10 @@
 //
 // Two kernels; both write fp32 partial sums to a workspace [splits, M] when K is split across blocks so that the
 // chip fills (a full reduction, M = 1, would otherwise run on one block), and a last pass adds the splits:
-//   rows: sK == 1 (reduce along contiguous memory): tpr threads per row (32..256), the fewest that cover the row
-//         with 4 16-byte loads each, so one pass of loads in flight reads it (rows longer than 256 threads' pass
-//         loop, and split over blocks above 16k elements); warp shuffles, plus one shared-memory step when a row
-//         spans warps. Several rows per 256-thread block when tpr < 256.
+//   rows: sK == 1 (reduce along contiguous memory): tpr threads per row (32..256, or from 4: MYOPS_SUM_MIN_TPR), the
+//         fewest that cover the row with 4 16-byte loads each, so one pass of loads in flight reads it (rows longer
+//         than 256 threads' pass loop, and split over blocks above 16k elements); warp shuffles, plus one
+//         shared-memory step when a row spans warps. Several rows per 256-thread block when tpr < 256.
 //         Rows of exactly one such pass take a straight-line copy of it (sum_full_rows_kernel, same bits); those of
 //         256 threads (fp32 K = 4096, 16-bit 8192, fp64 2048) spread it over 512 threads (sum_wide_rows_kernel, same
 //         bits). Both load under L2 evict_first: nothing reads the row again.
@@ -32,7 +32,7 @@ constexpr int64_t kMinColSplit = 256;    // rows of a column block per split, li
 
 struct Plan {
   bool rows;          // row kernel (sK == 1) or column kernel
-  int tpr_log2;       // row kernel: log2 of the threads per row (5..8)
+  int tpr_log2;       // row kernel: log2 of the threads per row (2..8)
   int vec;            // elements per 16-byte load (1: unaligned or strided)
   int64_t gx;         // blocks along M
   int64_t splits;     // K split across this many blocks (1: the kernel writes the output directly)
@@ -59,10 +59,15 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
     // blocks that all ended together, the second 94% full. H100, clean flush, two rounds, % of copy, a warp a row ->
     // this (bf16 128 threads a row, fp32 256): bf16 92.7 / 92.6 -> 94.7 / 94.5 (torch.compile 93.2-93.5), fp32
     // 97.2 / 97.1 -> 100.5 / 100.5 (torch.compile 101.5-101.7) (session 33).
-    int t = 5;
+    // Short rows (16-bit K <= 512, fp32 <= 256: under a warp's one pass) at MYOPS_SUM_MIN_TPR (4, 8 or 16) threads
+    // a row, 256 / that rows a CTA, where a warp per row left most lanes without a load: H200, bf16 [1048576, 128],
+    // 262 us, 23% of copy (ce_tail.py's reference, session 52). Default 32 (a warp) until timed on a GPU.
+    static const int min_tpr =
+        env_knob("MYOPS_SUM_MIN_TPR", 32, [](int v) { return v >= 4 && v <= 32 && !(v & (v - 1)); });
+    int t = __builtin_ctz(min_tpr);
     while (t < 8 && ((int64_t)kRowLoads * p.vec << t) < K) ++t;
-    static const int knob = env_knob("MYOPS_SUM_TPR", 0, [](int v) { return v == 0 || v == 32 || v == 64 ||
-                                                                             v == 128 || v == 256; });
+    static const int knob =
+        env_knob("MYOPS_SUM_TPR", 0, [](int v) { return v == 0 || (v >= 4 && v <= 256 && !(v & (v - 1))); });
     if (knob != 0 && K <= kWarpRowMaxK) t = __builtin_ctz(knob);
     if (K > kWarpRowMaxK) t = 8;
     p.tpr_log2 = t;
@@ -76,6 +81,13 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
   }
   p.splits = std::max<int64_t>(1, std::min<int64_t>(p.splits, 65535));
   return p;
+}
+
+// The sum of v over each aligned group of tpr < 32 lanes of the warp (a short row's threads), in every one of them:
+// the xor butterfly of warp_sum from offset tpr / 2, so that it stays inside the row.
+template <class A> __device__ __forceinline__ A group_sum(A v, int tpr) {
+  for (int o = tpr >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
 // The row's total from its warps' sums s (each warp_sum'd; tpr > 32: the row spans tpr / 32 warps, which meet in
@@ -98,7 +110,8 @@ template <class A> __device__ __forceinline__ A row_total(A s, A* smem, int tpr,
 // template argument because a run-time choice cost the unsplit kernel its loads in flight: nvcc issued each 16-byte
 // load after the previous one's adds (43 registers instead of 48), and sum(dim=-1) bf16 fell from 94 to 87% of copy on
 // the H100.
-template <class T, int VEC, bool IL>
+// SHORT: tpr < 32 (never split: IL false), a warp spanning 32 / tpr rows, each summed over its lanes alone.
+template <class T, int VEC, bool IL, bool SHORT = false>
 __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,          // [M]
                                                             acc_t<T>* __restrict__ ws,    // [splits, M]
                                                             const T* __restrict__ x,      // [M, K], sK == 1
@@ -141,8 +154,8 @@ __global__ void __launch_bounds__(kThreads) sum_rows_kernel(T* __restrict__ out,
     if (lane == 0 && (!IL || blockIdx.y == 0))  // the last elements, fewer than a vector
       for (int64_t kk = kv_end; kk < k_end; ++kk) acc[3] += to_acc(row[kk]);
   }
-  // (a warp never spans two rows: tpr >= 32)
-  const A s = row_total(warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3])), smem, tpr, lane);
+  const A part = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  const A s = row_total(SHORT ? group_sum(part, tpr) : warp_sum(part), smem, tpr, lane);
   if (m < M && lane == 0) {
     if (gridDim.y == 1) out[m] = from_acc<T>(s);
     else ws[(int64_t)blockIdx.y * M + m] = s;
@@ -161,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 8) sum_full_rows_kernel(T* __restric
                                                                     const T* __restrict__ x,  // [M, K], sK == 1
                                                                     int64_t M, int64_t sM, bool first) {
   using A = acc_t<T>;
-  static_assert(TPR >= 32 && TPR <= kThreads, "a warp never spans two rows");
+  static_assert(TPR >= 4 && TPR <= kThreads, "4 threads a row and up");
   __shared__ A smem[kThreads / 32];
   const int64_t m = (int64_t)blockIdx.x * (kThreads / TPR) + threadIdx.x / TPR;
   const int lane = threadIdx.x % TPR;
@@ -177,7 +190,8 @@ __global__ void __launch_bounds__(kThreads, 8) sum_full_rows_kernel(T* __restric
 #pragma unroll
       for (int e = 0; e < VEC; ++e) acc[u] += to_acc(v[u].v[e]);
   }
-  const A s = row_total(warp_sum((acc[0] + acc[1]) + (acc[2] + acc[3])), smem, TPR, lane);
+  const A part = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  const A s = row_total(TPR < 32 ? group_sum(part, TPR) : warp_sum(part), smem, TPR, lane);
   if (m < M && lane == 0) out[m] = from_acc<T>(s);
 }
 
@@ -357,7 +371,11 @@ int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, 
   const int64_t chunk = p.rows ? ceil_div(ceil_div(K, p.splits), p.vec) * p.vec : ceil_div(K, p.splits);
   const auto launch = [&](auto il) {
     constexpr bool IL = decltype(il)::value;
-    if (p.rows) {
+    if (p.rows && p.tpr_log2 < 5) {  // (short rows: never split)
+      if (p.vec > 1)
+        sum_rows_kernel<T, VEC, false, true><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2, chunk);
+      else sum_rows_kernel<T, 1, false, true><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2, chunk);
+    } else if (p.rows) {
       if (p.vec > 1)
         sum_rows_kernel<T, VEC, IL><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2, chunk);
       else sum_rows_kernel<T, 1, IL><<<grid, kThreads, 0, stream>>>(out, ws, x, M, K, sM, p.tpr_log2, chunk);
@@ -383,6 +401,9 @@ int sum_typed(T* out, const T* x, int64_t M, int64_t K, int64_t sM, int64_t sK, 
       return launch_status();
     };
     switch (p.tpr_log2) {
+      case 2: return full(sum_full_rows_kernel<T, VEC, 4>);
+      case 3: return full(sum_full_rows_kernel<T, VEC, 8>);
+      case 4: return full(sum_full_rows_kernel<T, VEC, 16>);
       case 5: return full(sum_full_rows_kernel<T, VEC, 32>);
       case 6: return full(sum_full_rows_kernel<T, VEC, 64>);
       case 7: return full(sum_full_rows_kernel<T, VEC, 128>);
