@@ -484,12 +484,12 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
 @pytest.mark.cuda
 def test_misaligned_rows(tmp_path):
     """MYOPS_CE_MISALIGNED=1 (read once per process: a subprocess): rows that do not start on a 16-byte boundary or
-    do not hold whole 16-byte vectors take the fold forward (16-bit) and the row-chunk backward with each row's head
-    and tail one element a thread. Odd C (every row at another offset; GPT-2's 50257), logits one column into a wider
+    do not hold whole 16-byte vectors take the fold forward (16-bit, fp32) and the row-chunk backward with each row's
+    head and tail one element a thread. Odd C (every row at another offset; GPT-2's 50257), logits one column into a wider
     tensor (a misaligned pointer, x and dx at different offsets: the backward's engine), a row stride of C + 3, rows
     shorter than a vector, a warp's last rows past the end (37 rows of 4 threads), smoothing, an ignored row, and
-    test_extreme_logits' rows one column in (the exact second pass over head and tail); loss and gradient against
-    float64."""
+    test_extreme_logits' rows one column in (16-bit: the exact second pass over head and tail); loss and gradient
+    against float64."""
     cases = []
     for (M, C), layout in [((5, 7), "odd"), ((9, 1001), "odd"), ((3, 50257), "odd"), ((37, 130), "offset"),
                            ((6, 8192), "offset"), ((4, 2048), "stride"), ((3, 8195), "odd")]:
@@ -501,7 +501,7 @@ def test_misaligned_rows(tmp_path):
                 t[1] = -100
                 g = torch.randn(M, generator=torch.Generator().manual_seed(C)).to(dtype)
                 cases.append((big, layout, C, t, g, smoothing))
-    for dtype in (torch.bfloat16, torch.float16):
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
         x, t, g = extreme_logits(dtype, 4097)
         t = t.clamp(max=4095)
         t[7] = 2  # (row 7's one finite logit, column 3, is column 2 one column in)

@@ -451,7 +451,7 @@ __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOO
                     const int64_t* __restrict__ target,   // [M]
                     int64_t t_stride, int64_t M, int C, int64_t ignore_index, float smoothing) {
   constexpr bool L2F = sizeof(T) == 2;  // (the log2 fold; fp32: exp_f32 against the running maximum)
-  static_assert(L2F || (sizeof(T) == 4 && !MIS), "16-bit logits, or fp32 (aligned)");
+  static_assert(L2F || sizeof(T) == 4, "16-bit or fp32 logits");
   static_assert(TPR >= 4 && TPR <= kStreamThreads && (TPR & (TPR - 1)) == 0, "TPR: a power of 2, 4 and up");
   constexpr int U = 4, VEC = 16 / sizeof(T);
   __shared__ float sh[kStreamThreads / 32];
@@ -472,12 +472,20 @@ __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOO
     const int h = head(), nv = live ? (C - h) / VEC : 0;
     for (int k = t; k < (live ? C - nv * VEC : 0); k += TPR) {
       const float a = extra(k, h, nv);
-      if (a > m) {
-        c = a * kLog2e;
-        s = s * exp2_ftz((m == neg_inf<float>() ? c : m * kLog2e) - c);  // (the same rescale as the vectors')
-        m = a;
+      if constexpr (L2F) {
+        if (a > m) {
+          c = a * kLog2e;
+          s = s * exp2_ftz((m == neg_inf<float>() ? c : m * kLog2e) - c);  // (the same rescale as the vectors')
+          m = a;
+        }
+        s += exp2_ftz(fmaf(a, kLog2e, -c));
+      } else {
+        if (a > m) {
+          s = m == neg_inf<float>() ? s : s * exp_f32(m - a);
+          m = a;
+        }
+        s += exp_f32(a - (m == neg_inf<float>() ? 0.f : m));
       }
-      s += exp2_ftz(fmaf(a, kLog2e, -c));
       if (SMOOTH) sx += a;
     }
   }
@@ -596,11 +604,12 @@ int with_pow2(int p, F&& f) {
   else
     return p == Lo ? f(std::integral_constant<int, Lo>{}) : with_pow2<Lo * 2, Hi>(p, f);
 }
-inline int ce_fold(int64_t row_bytes) {
+// (misaligned: for ce_misaligned's rows, 16-bit or fp32, which MYOPS_CE_FOLD=0 leaves on this table)
+inline int ce_fold(int64_t row_bytes, bool misaligned = false) {
   static const int mode = rr::env_knob("MYOPS_CE_FOLD", 1, [](int m) { return m >= 0 && m <= 2; });
   static const int fixed =
       rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || (t >= 4 && t <= 256 && (t & (t - 1)) == 0); });
-  if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes <= kFoldMaxBytes))) return 0;
+  if ((mode == 0 && !misaligned) || (mode != 2 && !(dram_rich_sms() && row_bytes <= kFoldMaxBytes))) return 0;
   if (fixed) return fixed;
   return row_bytes <= 1024 ? 4 : row_bytes < 8 * 1024 ? 8 : row_bytes < 16 * 1024 ? 128 : kStreamThreads;
 }
@@ -622,9 +631,10 @@ inline int ce_fold32(int64_t row_bytes) {
 
 // Misaligned rows (C not a multiple of 16 / sizeof(T) columns, as GPT-2's 50257, or such a row stride or pointer)
 // took the rows.cuh engine (ce_fwd_kernel, ce_bwd_kernel: its one-element loads wherever a row is not aligned);
-// with MYOPS_CE_MISALIGNED=1 the 16-bit forward takes fold_fwd_kernel (ce_fold's threads a row) and the backward
-// of rows of kBwdThreads vectors or more rr_bwd_kernel, each with a row's head and tail one element a thread beside
-// 16-byte loads of the rest. 0 (default until run on a GPU): the engine. Read once.
+// with MYOPS_CE_MISALIGNED=1 the forward (16-bit and fp32) takes fold_fwd_kernel (ce_fold's threads a row, on
+// dram_rich_sms devices, rows up to kFoldMaxBytes) and the backward of rows of kBwdThreads vectors or more
+// rr_bwd_kernel, each with a row's head and tail one element a thread beside 16-byte loads of the rest. 0 (default
+// until run on a GPU): the engine. Read once.
 inline bool ce_misaligned() {
   static const int mode = rr::env_knob("MYOPS_CE_MISALIGNED", 0, [](int m) { return m == 0 || m == 1; });
   return mode == 1;
@@ -1178,12 +1188,14 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
           };
           return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F, MIS>) : go(fold_fwd_kernel<T, false, F, MIS>);
         };
-        return with_pow2<4, es == 2 ? kStreamThreads : 32>(ftpr, fold);  // (fp32: up to 32 threads a row)
+        // (fp32: up to 32 threads a row, but misaligned rows, which have no other kernel but the engine's)
+        constexpr int kHi = es == 2 || decltype(mis)::value ? kStreamThreads : 32;
+        return with_pow2<4, kHi>(ftpr, fold);
       };
-      if constexpr (es == 2) {  // misaligned 16-bit rows (C not a multiple of 8, or such a row stride or pointer)
+      if constexpr (es != 8) {  // misaligned rows (C not a multiple of 16 / es, or such a row stride or pointer)
         if (ce_misaligned() && (x.col_stride == 1 || C == 1) && C < (1LL << 31) && M < (1LL << 31) &&
-            !(C % 8 == 0 && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)))
-          if (const int ftpr = ce_fold(C * es)) return fold_at(ftpr, std::true_type{});
+            !(C % (16 / es) == 0 && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)))
+          if (const int ftpr = ce_fold(C * es, true)) return fold_at(ftpr, std::true_type{});
       }
       if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
         if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
