@@ -1174,7 +1174,7 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
     constexpr int es = sizeof(T);
     using A = acc_t<T>;
     const auto row_kernel = [&](bool dependent) -> int {  // dependent: a programmatic dependent of the check
-      // (fold_fwd_kernel at ftpr threads a row; mis: std::true_type for misaligned 16-bit rows)
+      // (fold_fwd_kernel at ftpr threads a row; mis: std::true_type for misaligned rows)
       const auto fold_at = [&](int ftpr, auto mis) {
         rr::Geo g;
         g.threads = kStreamThreads;
