@@ -31,7 +31,8 @@ run() {  # label shape dtypes impls [env...]
   env "$@" python benchmarks/bench.py --ops cross_entropy --cases unchecked --impls "$impls" --shape "$shape" \
     --dtypes "$dtypes" 2>&1 | grep -E "myops|eager|compile|Error|FAIL" | grep -v "^myops:" | sed "s/^/$label /"
 }
-for s in ${SHAPES:-1048576,128 524288,256 131072,512 262144,1000 65536,1024 65536,2048 16384,4096 8192,8192 4096,32000}; do
+BF16_DEFAULT="1048576,128 524288,256 131072,512 262144,1000 65536,1024 65536,2048 16384,4096 8192,8192 4096,32000"
+for s in ${SHAPES-$BF16_DEFAULT}; do
   for f in 0 1; do run "flat$f" "$s" bf16 myops MYOPS_CE_BWD_FLAT=$f; done
 done
 for s in ${F32_SHAPES-262144,1000 65536,2048 16384,4096}; do

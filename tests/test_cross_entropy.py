@@ -485,9 +485,9 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
 def test_misaligned_rows(tmp_path):
     """MYOPS_CE_MISALIGNED=1 (read once per process: a subprocess): rows that do not start on a 16-byte boundary or
     do not hold whole 16-byte vectors take the fold forward (16-bit, fp32) and the row-chunk backward with each row's
-    head and tail one element a thread. Odd C (every row at another offset; GPT-2's 50257), logits one column into a wider
-    tensor (a misaligned pointer, x and dx at different offsets: the backward's engine), a row stride of C + 3, rows
-    shorter than a vector, a warp's last rows past the end (37 rows of 4 threads), smoothing, an ignored row, and
+    head and tail one element a thread. Odd C (every row at another offset; GPT-2's 50257), logits one column into a
+    wider tensor (a misaligned pointer, x and dx at different offsets: the backward's engine), a row stride of C + 3,
+    rows shorter than a vector, a warp's last rows past the end (37 rows of 4 threads), smoothing, an ignored row, and
     test_extreme_logits' rows one column in (16-bit: the exact second pass over head and tail); loss and gradient
     against float64."""
     cases = []
