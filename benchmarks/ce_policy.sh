@@ -14,10 +14,7 @@
 # bench process: the defaults (98 of them) take about 13 minutes with the build, over the device's 10-minute limit
 # for one call: narrow SHAPES or DTYPES.
 set -uo pipefail
-export PYTHONPATH=. MYOPS_CACHE_DIR=${MYOPS_CACHE_DIR:-/tmp/myops-cache} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name --format=csv,noheader
-python -m torch_ops_jit build > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+source "$(dirname "$0")/device_build.sh"
 SHAPES=${SHAPES:-"4096,32000 16384,32000 4096,50304 16384,8192 65536,2048 4096,65536 1024,262144"}
 DTYPES=${DTYPES:-"bf16 fp32"}
 run() {  # label shape dtype [env...]: one bench process, its myops row

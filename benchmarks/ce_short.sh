@@ -14,13 +14,7 @@
 # bf16 list, F32_SHAPES the fp32 one, PARTS_SHAPES, FOLD32_SHAPES and MIS_SHAPES the others (empty: none); TESTS=0
 # skips the tests, COMPARE=0 the comparison.
 set -uo pipefail
-export PYTHONPATH=. MYOPS_CACHE_DIR=${MYOPS_CACHE_DIR:-/tmp/myops-cache} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name --format=csv,noheader
-t0=$(date +%s)
-python -m torch_ops_jit build > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-echo "build $(( $(date +%s) - t0 )) s"
+source "$(dirname "$0")/device_build.sh"
 if [ "${TESTS:-1}" = 1 ]; then
   MYOPS_HYPOTHESIS_PROFILE=ci timeout 300 python -m pytest tests/test_cross_entropy.py tests/test_batching.py -m cuda \
     -q -p no:cacheprovider > "$OUT/tests.log" 2>&1

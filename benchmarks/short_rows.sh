@@ -6,13 +6,7 @@
 # with its short-row tests first.
 # Usage (device tool, from the checkout): bash benchmarks/short_rows.sh; SHAPES / OPS / DTYPES replace the lists.
 set -uo pipefail
-export PYTHONPATH=. MYOPS_CACHE_DIR=${MYOPS_CACHE_DIR:-/tmp/myops-cache} TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-nvidia-smi --query-gpu=name --format=csv,noheader
-t0=$(date +%s)
-python -m torch_ops_jit build > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
-echo "build $(( $(date +%s) - t0 )) s"
+source "$(dirname "$0")/device_build.sh"
 timeout 200 python -m pytest tests/test_sum.py -m cuda -q -p no:cacheprovider -k "short or full_pass" 2>&1 | tail -3
 for s in ${SHAPES:-1048576,128 262144,512 65536,2048}; do
   python benchmarks/bench.py --ops "${OPS:-softmax,log_softmax,layer_norm,rms_norm,sum}" --cases default,dim=-1 \

@@ -604,11 +604,16 @@ int with_pow2(int p, F&& f) {
   else
     return p == Lo ? f(std::integral_constant<int, Lo>{}) : with_pow2<Lo * 2, Hi>(p, f);
 }
+// MYOPS_CE_FOLD_TPR: the fold kernel's threads a row, fixed (4 to 256, a power of 2), or 0. Read once.
+inline int ce_fold_tpr_knob() {
+  static const int fixed =
+      rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || (t >= 4 && t <= 256 && (t & (t - 1)) == 0); });
+  return fixed;
+}
 // (misaligned: for ce_misaligned's rows, 16-bit or fp32, which MYOPS_CE_FOLD=0 leaves on this table)
 inline int ce_fold(int64_t row_bytes, bool misaligned = false) {
   static const int mode = rr::env_knob("MYOPS_CE_FOLD", 1, [](int m) { return m >= 0 && m <= 2; });
-  static const int fixed =
-      rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || (t >= 4 && t <= 256 && (t & (t - 1)) == 0); });
+  const int fixed = ce_fold_tpr_knob();
   if ((mode == 0 && !misaligned) || (mode != 2 && !(dram_rich_sms() && row_bytes <= kFoldMaxBytes))) return 0;
   if (fixed) return fixed;
   return row_bytes <= 1024 ? 4 : row_bytes < 8 * 1024 ? 8 : row_bytes < 16 * 1024 ? 128 : kStreamThreads;
@@ -622,8 +627,7 @@ inline int ce_fold(int64_t row_bytes, bool misaligned = false) {
 constexpr int64_t kFold32MaxBytes = 2048;
 inline int ce_fold32(int64_t row_bytes) {
   static const int mode = rr::env_knob("MYOPS_CE_FOLD32", 0, [](int m) { return m >= 0 && m <= 2; });
-  static const int fixed =
-      rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || (t >= 4 && t <= 256 && (t & (t - 1)) == 0); });
+  const int fixed = ce_fold_tpr_knob();
   if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes <= kFold32MaxBytes))) return 0;
   if (fixed) return std::min(fixed, 32);
   return row_bytes <= 1024 ? 4 : 8;
@@ -823,7 +827,7 @@ __global__ void __launch_bounds__(kBwdThreads, 4)
   const int64_t r0 = base / V;                                        // (one 64-bit division; then 32-bit ones)
   const unsigned k0 = (unsigned)(base - r0 * V) + threadIdx.x;        // from row r0's first vector
   const L2Hint h = l2_hint(last);
-  uint4 q[kBwdNv];
+  rr::Regs<T, kBwdNv> v;  // (its words: vector s of this thread in slot s)
   int64_t r[kBwdNv], tg[kBwdNv];
   int c[kBwdNv];
   A g[kBwdNv], m[kBwdNv], ls[kBwdNv];
@@ -835,7 +839,8 @@ __global__ void __launch_bounds__(kBwdThreads, 4)
     r[s] = r0 + dr;
     c[s] = (int)(k - dr * V) * VEC;
     if (r[s] < M) {
-      q[s] = ld16(x + r[s] * xs + c[s], h);
+      const uint4 q = ld16(x + r[s] * xs + c[s], h);
+      v.u[s][0] = q.x, v.u[s][1] = q.y, v.u[s][2] = q.z, v.u[s][3] = q.w;
       tg[s] = target[r[s] * t_stride];
       g[s] = grad[r[s] * g_stride];  // (read for an ignored row too: no wait on its target)
       m[s] = stats[2 * r[s]];
@@ -848,9 +853,8 @@ __global__ void __launch_bounds__(kBwdThreads, 4)
     if (r[s] >= M) break;
     const bool ignored = tg[s] == ignore_index;
     A a[VEC];
-    const uint32_t w[4] = {q[s].x, q[s].y, q[s].z, q[s].w};
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) a[e] = VEC == 4 ? rr::word_elem<T>(w[e], 0) : rr::word_elem<T>(w[e >> 1], e & 1);
+    for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e);
     bwd_vec<T>(a, tg[s] - c[s], ignored, ignored ? A(0) : g[s], m[s], ls[s], off, hit);
     rr::store(dx + r[s] * dxs, c[s], a);
   }
