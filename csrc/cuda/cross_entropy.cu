@@ -1196,11 +1196,6 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
         constexpr int kHi = es == 2 || decltype(mis)::value ? kStreamThreads : 32;
         return with_pow2<4, kHi>(ftpr, fold);
       };
-      if constexpr (es != 8) {  // misaligned rows (C not a multiple of 16 / es, or such a row stride or pointer)
-        if (ce_misaligned() && (x.col_stride == 1 || C == 1) && C < (1LL << 31) && M < (1LL << 31) &&
-            !(C % (16 / es) == 0 && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)))
-          if (const int ftpr = ce_fold(C * es, true)) return fold_at(ftpr, std::true_type{});
-      }
       if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
         if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
           // (the stream kernel for geometry g: g.rows rows per CTA, or g.cluster CTAs per row; g.tpr threads a row)
@@ -1253,6 +1248,9 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
           return smoothing != 0.0 ? go(stream_fwd_kernel<T, true, false>, stream_fwd_kernel<T, true, true>)
                                   : go(stream_fwd_kernel<T, false, false>, stream_fwd_kernel<T, false, true>);
         }
+        // Misaligned rows (C not a multiple of 16 / es, or such a row stride or pointer: not the block above).
+        if (ce_misaligned() && (x.col_stride == 1 || C == 1) && C < (1LL << 31) && M < (1LL << 31))
+          if (const int ftpr = ce_fold(C * es, true)) return fold_at(ftpr, std::true_type{});
       }
       Plan p = make_plan(M, C, es, 1, 0, 0, false);
       auto kernel = ce_fwd_kernel<T>;
