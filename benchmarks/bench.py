@@ -372,7 +372,10 @@ def bench_case(case: Case, dtype: torch.dtype, args, time_us, compiled: Callable
                 else grads.get("eager", fwd_bwd(case.torch_fn, inputs, grad))())
         got = grads.get("myops", fwd_bwd(case.myops_fn, inputs, grad))()
         failures.append(check(f"{label} grads", got, want, inputs))
-        if lax and failures[-1]:
+        # (and on the GPU too: each side's backward reads its own forward's output, so one rounding apart there comes
+        # back amplified. H200, log_softmax bf16 [1048576, 128]: 1 gradient of 134M 0.0176 from eager's, against an
+        # atol of 0.01: an output near -0.7, one ulp (2^-8) apart, times a sum of 128 gradients near 4.5, session 53)
+        if failures[-1] and not case.ref64:
             ref = fwd_bwd(case.torch_fn, as64(inputs), [g.double() for g in grad])()
             failures[-1] = check_rule(f"{label} grads", got, want, ref)
         leaves = [t for t in tensors(inputs) if t.requires_grad]

@@ -5,10 +5,10 @@
 # - the backward's flat kernel (MYOPS_CE_BWD_FLAT=1, the default: rows under 1024 vectors) against its row-chunk
 #   kernel (=0), forward+backward, over row lengths 128 to 32000 (and fp32 on three);
 # - the loss's reduction in parts (MYOPS_CE_PARTS=1, the default) against one CTA (=0) near the parts' threshold;
-# - fp32 short rows on a warp per row (MYOPS_CE_FOLD32=0, the default for now) against the fold kernel (=1; =2 at 4,
-#   8 and 16 threads a row);
-# - misaligned rows (odd C) on the rows.cuh engine (MYOPS_CE_MISALIGNED=0, the default for now) against the fold
-#   forward and the row-chunk backward with heads and tails (=1), bf16 and fp32;
+# - fp32 short rows on a warp per row (MYOPS_CE_FOLD32=0) against the fold kernel (=1, the default; =2 at 4, 8 and
+#   16 threads a row);
+# - misaligned rows (odd C) on the rows.cuh engine (MYOPS_CE_MISALIGNED=0) against the fold forward and the packed
+#   or row-chunk backward (=1, the default), bf16 and fp32;
 # - the defaults against eager PyTorch and torch.compile on four shapes.
 # Usage (device tool, from the checkout): bash benchmarks/ce_short.sh; SHAPES="131072,512 65536,2048" replaces the
 # bf16 list, F32_SHAPES the fp32 one, PARTS_SHAPES, FOLD32_SHAPES and MIS_SHAPES the others (empty: none); TESTS=0

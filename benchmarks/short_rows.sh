@@ -2,7 +2,7 @@
 # One device call: the row ops over many short rows (attention-softmax and small-head shapes), where a kernel sized
 # for [16384, 4096] can leave most lanes idle: softmax, log_softmax, layer_norm, rms_norm and sum(dim=-1), bf16,
 # forward and forward+backward, myops against torch.compile, at [1048576, 128], [262144, 512] and [65536, 2048];
-# then sum's short rows on a warp a row (MYOPS_SUM_MIN_TPR=32, the default for now) against 4 and 16 threads a row,
+# then sum's short rows on a warp a row (MYOPS_SUM_MIN_TPR=32) against 4 (the default) and 16 threads a row,
 # with its short-row tests first.
 # Usage (device tool, from the checkout): bash benchmarks/short_rows.sh; SHAPES / OPS / DTYPES replace the lists.
 set -uo pipefail

@@ -429,10 +429,10 @@ def test_graph_replay(dtype):
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "4"},
                                  {"MYOPS_CE_BWD_FLAT": "2"}, {"MYOPS_CE_BWD_FLAT": "0"}, {"MYOPS_CE_FOLD32": "2"},
                                  {"MYOPS_CE_FOLD32": "2", "MYOPS_CE_FOLD_TPR": "16"},
-                                 {"MYOPS_CE_FOLD32": "2", "MYOPS_CE_FOLD_TPR": "32"}],
+                                 {"MYOPS_CE_FOLD32": "2", "MYOPS_CE_FOLD_TPR": "32"}, {"MYOPS_CE_FOLD32": "0"}],
                          ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128", "fold", "fold32", "fold64",
                               "fold128", "fold8", "fold16", "fold4", "bwd_flat", "bwd_rows", "f32fold", "f32fold16",
-                              "f32fold32"])
+                              "f32fold32", "f32warp"])
 def test_forward_variants(env, tmp_path):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
     the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
@@ -442,8 +442,8 @@ def test_forward_variants(env, tmp_path):
     on the H200), the last CTA's rows past the end included; MYOPS_CE_FOLD=2: the fold kernel for every 16-bit row
     (MYOPS_CE_FOLD_TPR=4 / 8 / 16 / 32 / 64 / 128: that many threads a row, several rows a CTA, or a warp);
     MYOPS_CE_BWD_FLAT=2 / 0: the backward's flat kernel (CTAs over any rows' vectors; by default rows under 1024
-    vectors) / its row-chunk kernel for every row; MYOPS_CE_FOLD32=2: the fold kernel for every fp32 row (4 or 8
-    threads a row by its bytes, or MYOPS_CE_FOLD_TPR's 16 / 32). Rows far
+    vectors) / its row-chunk kernel for every row; MYOPS_CE_FOLD32=2 / 0: the fold kernel for every fp32 row (4 or 8
+    threads a row by its bytes, or MYOPS_CE_FOLD_TPR's 16 / 32; by default rows up to 2 KB) / none. Rows far
     longer and far shorter than a CTA's or cluster's threads (C = 8: one thread holds the row), a partial last group
     (C = 1000, 16000), a warp whose last rows are past the end (37 rows), smoothing, an ignored row, and
     test_extreme_logits' rows (a CTA's or warp's rows redone exactly beside rows that are not); loss and gradient
@@ -482,17 +482,21 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
 
 
 @pytest.mark.cuda
-def test_misaligned_rows(tmp_path):
-    """MYOPS_CE_MISALIGNED=1 (read once per process: a subprocess): rows that do not start on a 16-byte boundary or
-    do not hold whole 16-byte vectors take the fold forward (16-bit, fp32) and the row-chunk backward with each row's
-    head and tail one element a thread. Odd C (every row at another offset; GPT-2's 50257), logits one column into a
-    wider tensor (a misaligned pointer, x and dx at different offsets: the backward's engine), a row stride of C + 3,
-    rows shorter than a vector, a warp's last rows past the end (37 rows of 4 threads), smoothing, an ignored row, and
+@pytest.mark.parametrize("mode", ["1", "0"], ids=["fold", "engine"])
+def test_misaligned_rows(mode, tmp_path):
+    """Rows that do not start on a 16-byte boundary or do not hold whole 16-byte vectors, under MYOPS_CE_MISALIGNED
+    (read once per process: a subprocess) = 1 (the default): the fold forward (16-bit, fp32), and the backward over
+    the packed buffer's vectors (short rows: a vector may span two rows) or row chunks with each row's head and tail
+    one element a thread; = 0: the rows.cuh engine. Odd C (every row at another offset; GPT-2's 50257; 13, under two
+    bf16 vectors, and 300 rows of 1001: several CTAs of the packed backward), logits one column into a wider tensor
+    (a misaligned pointer, x and dx at different offsets: the backward's engine), a row stride of C + 3, rows shorter
+    than a vector, a warp's last rows past the end (37 rows of 4 threads), smoothing, an ignored row, and
     test_extreme_logits' rows one column in (16-bit: the exact second pass over head and tail); loss and gradient
     against float64."""
     cases = []
-    for (M, C), layout in [((5, 7), "odd"), ((9, 1001), "odd"), ((3, 50257), "odd"), ((37, 130), "offset"),
-                           ((6, 8192), "offset"), ((4, 2048), "stride"), ((3, 8195), "odd")]:
+    for (M, C), layout in [((5, 7), "odd"), ((9, 1001), "odd"), ((300, 1001), "odd"), ((64, 13), "odd"),
+                           ((3, 50257), "odd"), ((37, 130), "offset"), ((6, 8192), "offset"), ((4, 2048), "stride"),
+                           ((3, 8195), "odd")]:
         for dtype in (torch.bfloat16, torch.float16, torch.float32):
             for smoothing in (0.0, 0.1):
                 wide = C + (1 if layout == "offset" else 3 if layout == "stride" else 0)
@@ -518,7 +522,7 @@ for big, layout, C, t, g, smoothing in torch.load({str(tmp_path / "in.pt")!r}):
 torch.save(out, {str(tmp_path / "out.pt")!r})
 """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_MISALIGNED="1"),
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_MISALIGNED=mode),
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     for (big, layout, C, t, g, smoothing), (loss, dx) in zip(cases, torch.load(tmp_path / "out.pt")):

@@ -109,10 +109,10 @@ torch.save([ops.sum(x.cuda(), -1).cpu() for x in xs], sys.argv[2])
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("min_tpr", ["4", "16"])
+@pytest.mark.parametrize("min_tpr", ["4", "16", "32"])
 def test_short_rows(min_tpr):
-    """Rows shorter than a warp's one pass at MYOPS_SUM_MIN_TPR = 4 / 16 threads a row (read once per process: a
-    subprocess): several rows a warp, each summed over its own lanes. Every dtype; K from 1 to 512, contiguous (the
+    """Rows shorter than a warp's one pass at MYOPS_SUM_MIN_TPR = 4 (the default) / 16 / 32 threads a row at least
+    (read once per process: a subprocess): several rows a warp, each summed over its own lanes (32: a warp a row). Every dtype; K from 1 to 512, contiguous (the
     straight-line kernel where K is one pass) or a column slice (row stride K + 5: one-element loads); 37 rows (a
     partial last CTA) and 1000; against float64."""
     xs = []

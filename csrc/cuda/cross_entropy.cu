@@ -620,27 +620,33 @@ inline int ce_fold(int64_t row_bytes, bool misaligned = false) {
 }
 
 // fp32 rows on fold_fwd_kernel (exp_f32 against the running maximum, no log2 fold, no second pass), 4 to 32 threads
-// a row. fp32 rows of 512 bytes had stayed at 23.4% of copy on a warp per row (H200, [1048576, 128] forward,
-// unchecked, session 52), where 16-bit rows of that length on 4 threads reach 81.6. MYOPS_CE_FOLD32: 0 (default
-// until timed on a GPU) none; 1 rows up to kFold32MaxBytes on dram_rich_sms devices, 4 threads a row up to 1 KB,
-// else 8; 2 every fp32 row (A/B, tests). MYOPS_CE_FOLD_TPR fixes the threads a row (over 32: 32). Read once.
+// a row, where a warp per row left short rows' lanes idle. H200, unchecked forward, % of copy, a warp per row ->
+// fold at 4 / 8 / 16 threads a row (session 53): [1048576, 128] 23.4 -> 89.9 / 82.2 / 53.3 (forward+backward 47.1
+// -> 93.3), [524288, 256] 44.7 -> 88.4 / 90.3 / 90.2, [131072, 512] 75.6 -> 78.3 / 88.0 / 87.3. MYOPS_CE_FOLD32: 1
+// (default) rows up to kFold32MaxBytes on dram_rich_sms devices, 4 threads a row under 1 KB, else 8; 0 none; 2 every
+// fp32 row (A/B, tests). MYOPS_CE_FOLD_TPR fixes the threads a row (over 32: 32). Read once.
 constexpr int64_t kFold32MaxBytes = 2048;
 inline int ce_fold32(int64_t row_bytes) {
-  static const int mode = rr::env_knob("MYOPS_CE_FOLD32", 0, [](int m) { return m >= 0 && m <= 2; });
+  static const int mode = rr::env_knob("MYOPS_CE_FOLD32", 1, [](int m) { return m >= 0 && m <= 2; });
   const int fixed = ce_fold_tpr_knob();
   if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes <= kFold32MaxBytes))) return 0;
   if (fixed) return std::min(fixed, 32);
-  return row_bytes <= 1024 ? 4 : 8;
+  return row_bytes < 1024 ? 4 : 8;
 }
 
 // Misaligned rows (C not a multiple of 16 / sizeof(T) columns, as GPT-2's 50257, or such a row stride or pointer)
-// took the rows.cuh engine (ce_fwd_kernel, ce_bwd_kernel: its one-element loads wherever a row is not aligned);
-// with MYOPS_CE_MISALIGNED=1 the forward (16-bit and fp32) takes fold_fwd_kernel (ce_fold's threads a row, on
-// dram_rich_sms devices, rows up to kFoldMaxBytes) and the backward of rows of kBwdThreads vectors or more
-// rr_bwd_kernel, each with a row's head and tail one element a thread beside 16-byte loads of the rest. 0 (default
-// until run on a GPU): the engine. Read once.
+// took the rows.cuh engine (ce_fwd_kernel, ce_bwd_kernel: its one-element loads wherever a row is not aligned).
+// MYOPS_CE_MISALIGNED=1 (default): the forward (16-bit and fp32) takes fold_fwd_kernel (ce_fold's threads a row, on
+// dram_rich_sms devices, rows up to kFoldMaxBytes), the backward packed_bwd_kernel (packed rows as short as
+// ce_bwd_flat's) or rr_bwd_kernel (rows of kBwdThreads vectors or more), each with a row's (or the buffer's) head and
+// tail one element a thread beside 16-byte loads of the rest; 0: the engine. Read once. H200, unchecked, % of copy,
+// engine -> these, forward / forward+backward (session 53): [4096, 50257] bf16 26.9 / 20.1 -> 94.4 / 97.5, fp32
+// 38.3 / 40.2 -> 99.3 / 99.7; [8192, 8195] bf16 19.8 / 18.5 -> 71.1 / 83.9, fp32 23.2 / 31.7 -> 89.3 / 95.0;
+// [65536, 1001] bf16 14.8 / 16.4 -> 71.7 / 54.9, fp32 22.2 / 32.4 -> 82.6 / 73.3; [262144, 127] bf16 2.6 / 4.7 ->
+// 51.7 / 48.8, fp32 5.6 / 10.4 -> 68.0 / 66.5. The short rows' backward (packed_bwd_kernel) runs at about half of
+// copy, where the aligned rows' flat_bwd_kernel reaches 87-97: not yet studied.
 inline bool ce_misaligned() {
-  static const int mode = rr::env_knob("MYOPS_CE_MISALIGNED", 0, [](int m) { return m == 0 || m == 1; });
+  static const int mode = rr::env_knob("MYOPS_CE_MISALIGNED", 1, [](int m) { return m == 0 || m == 1; });
   return mode == 1;
 }
 
@@ -857,6 +863,89 @@ __global__ void __launch_bounds__(kBwdThreads, 4)
     for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e);
     bwd_vec<T>(a, tg[s] - c[s], ignored, ignored ? A(0) : g[s], m[s], ls[s], off, hit);
     rr::store(dx + r[s] * dxs, c[s], a);
+  }
+}
+
+// Misaligned rows stored packed (row stride C >= VEC; x's and dx's buffers as far from a 16-byte boundary), short
+// as flat_bwd_kernel's: its layout over the M * C elements taken as one buffer, 16-byte vectors from the buffer's
+// first boundary. A vector across a row's end (C >= VEC: two rows at most) reads both rows' target, grad and stats
+// (the same row's twice elsewhere: L1 hits); the buffer's head and tail, under VEC elements each, CTA 0 takes one
+// element a thread. (Per-row heads and tails, rr_bwd_kernel<T, true>'s way, left a 1001-column bf16 row's 125
+// vectors on a CTA of 256 threads.) H200, unchecked, forward+backward, % of copy, the engine's backward -> this
+// (session 53): [65536, 1001] bf16 16.4 -> 54.9, fp32 32.4 -> 73.3; [131072, 2001] bf16 61.0, fp32 79.0 (its
+// backward alone near 53% of copy in bf16). Its first form, which indexed the two rows' data by a computed index, put
+// them in local memory (160 bytes a thread): bf16 [65536, 1001] 48.9.
+template <class T>
+__global__ void __launch_bounds__(kBwdThreads, 3)  // (two rows' data a vector: 48 bytes spilled under 4's 64 registers)
+    packed_bwd_kernel(T* __restrict__ dx,       // [M, C], row stride C
+                      const T* __restrict__ x,  // [M, C], row stride C
+                      const int64_t* __restrict__ target, int64_t t_stride,
+                      const acc_t<T>* __restrict__ stats,  // [M, 2]
+                      const acc_t<T>* __restrict__ grad,   // [M] (stride)
+                      int64_t g_stride, int64_t M, int C, int64_t ignore_index, acc_t<T> smoothing, bool last) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t n = M * C;
+  const int h = head_elems(x, VEC);                                   // (n >= C >= VEC)
+  const int64_t nv = (n - h) / VEC;                                   // the vectors
+  const int64_t base = (int64_t)blockIdx.x * (kBwdThreads * kBwdNv);  // the CTA's first vector
+  const int64_t e0 = h + base * VEC, r0 = e0 / C;                     // (one 64-bit division; then 32-bit ones)
+  const unsigned o0 = (unsigned)(e0 - r0 * C) + threadIdx.x * VEC;    // from row r0's start
+  const L2Hint hint = l2_hint(last);
+  const A off = smoothing / A(C), hit = A(1) - smoothing;
+  // d loss / d x of element i in place (row r, column c): one element of bwd_vec with that row's data
+  const auto one = [&](A& a, int64_t tg, A g, A m, A ls, int c) {
+    A v[1] = {a};
+    const bool ignored = tg == ignore_index;
+    bwd_vec<T>(v, tg - c, ignored, ignored ? A(0) : g, m, ls, off, hit);
+    a = v[0];
+  };
+  rr::Regs<T, kBwdNv> v;  // (its words: vector s of this thread in slot s)
+  int64_t tg[kBwdNv][2];  // [vector][its first element's row, its last's]
+  A g[kBwdNv][2], m[kBwdNv][2], ls[kBwdNv][2];
+  int c[kBwdNv];  // the vector's first column
+  // Every load first, as flat_bwd_kernel.
+#pragma unroll
+  for (int s = 0; s < kBwdNv; ++s) {
+    const int64_t k = base + threadIdx.x + s * kBwdThreads;
+    if (k < nv) {
+      const unsigned o = o0 + s * kBwdThreads * VEC, dr = o / (unsigned)C;
+      c[s] = (int)(o - dr * C);
+      const uint4 q = ld16(x + h + k * VEC, hint);
+      v.u[s][0] = q.x, v.u[s][1] = q.y, v.u[s][2] = q.z, v.u[s][3] = q.w;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int64_t r = r0 + dr + (j && c[s] + VEC > C);
+        tg[s][j] = target[r * t_stride];
+        g[s][j] = grad[r * g_stride];
+        m[s][j] = stats[2 * r];
+        ls[s][j] = stats[2 * r + 1];
+      }
+    }
+  }
+#pragma unroll
+  for (int s = 0; s < kBwdNv; ++s) {
+    const int64_t k = base + threadIdx.x + s * kBwdThreads;
+    if (k >= nv) break;
+    A a[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const int col = c[s] + e;
+      const bool b = col >= C;  // (selects: an index into these arrays put them in local memory, 160 bytes a thread)
+      a[e] = v.at(s, e);
+      one(a[e], b ? tg[s][1] : tg[s][0], b ? g[s][1] : g[s][0], b ? m[s][1] : m[s][0], b ? ls[s][1] : ls[s][0],
+          b ? col - C : col);
+    }
+    rr::store(dx + h + k * VEC, 0, a);
+  }
+  if (blockIdx.x == 0) {  // the head's elements and the tail's, k-th at k or k + nv * VEC
+    const int64_t tail = n - h - nv * VEC;
+    for (int k = threadIdx.x; k < h + tail; k += kBwdThreads) {
+      const int64_t i = k < h ? k : k + nv * VEC, r = i / C;
+      A a = to_acc(x[i]);
+      one(a, target[r * t_stride], grad[r * g_stride], stats[2 * r], stats[2 * r + 1], (int)(i - r * C));
+      dx[i] = from_acc<T>(a);
+    }
   }
 }
 
@@ -1298,11 +1387,22 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
         }
         return launch_status();
       }
-      // Misaligned rows (ce_misaligned) of kBwdThreads vectors or more, dx's rows as far from a 16-byte boundary as
-      // x's (dx as the op allocates it, for contiguous logits).
+      // Misaligned rows (ce_misaligned), dx's rows as far from a 16-byte boundary as x's (dx as the op allocates it,
+      // for contiguous logits): packed and as short as ce_bwd_flat's rows, packed_bwd_kernel; of kBwdThreads vectors
+      // or more, rr_bwd_kernel<T, true>.
       const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
-      if (ce_misaligned() && C / VEC >= kBwdThreads && C < (1LL << 31) && M * chunks < (1LL << 31) &&
-          x.col_stride == 1 && dx.col_stride == 1 && (addr(x.ptr) - addr(dx.ptr)) % 16 == 0 &&
+      const bool mis = ce_misaligned() && C < (1LL << 31) && x.col_stride == 1 && dx.col_stride == 1 &&
+                       (addr(x.ptr) - addr(dx.ptr)) % 16 == 0;
+      if (mis && C >= VEC && ce_bwd_flat(C / VEC, es) && (M == 1 || (x.row_stride == C && dx.row_stride == C)) &&
+          ceil_div(M * C / VEC, kBwdFlatVecs) < (1LL << 31)) {
+        packed_bwd_kernel<T><<<(unsigned)ceil_div(M * C / VEC, kBwdFlatVecs), kBwdThreads, 0,
+                               static_cast<cudaStream_t>(stream)>>>(
+            static_cast<T*>(dx.ptr), static_cast<const T*>(x.ptr), target, t_stride,
+            static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, M, (int)C, ignore_index,
+            (acc_t<T>)smoothing, rr::l2_last(M * C * es));
+        return launch_status();
+      }
+      if (mis && C / VEC >= kBwdThreads && M * chunks < (1LL << 31) &&
           (M <= 1 || (x.row_stride - dx.row_stride) * es % 16 == 0)) {
         rr_bwd_kernel<T, true><<<(unsigned)(M * chunks), kBwdThreads, 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride,

@@ -3,7 +3,7 @@
 //
 // Two kernels; both write fp32 partial sums to a workspace [splits, M] when K is split across blocks so that the
 // chip fills (a full reduction, M = 1, would otherwise run on one block), and a last pass adds the splits:
-//   rows: sK == 1 (reduce along contiguous memory): tpr threads per row (32..256, or from 4: MYOPS_SUM_MIN_TPR), the
+//   rows: sK == 1 (reduce along contiguous memory): tpr threads per row (4..256; from MYOPS_SUM_MIN_TPR = 4), the
 //         fewest that cover the row with 4 16-byte loads each, so one pass of loads in flight reads it (rows longer
 //         than 256 threads' pass loop, and split over blocks above 16k elements); warp shuffles, plus one
 //         shared-memory step when a row spans warps. Several rows per 256-thread block when tpr < 256.
@@ -59,11 +59,13 @@ Plan make_plan(const void* x, int64_t M, int64_t K, int64_t sM, int64_t sK, int6
     // blocks that all ended together, the second 94% full. H100, clean flush, two rounds, % of copy, a warp a row ->
     // this (bf16 128 threads a row, fp32 256): bf16 92.7 / 92.6 -> 94.7 / 94.5 (torch.compile 93.2-93.5), fp32
     // 97.2 / 97.1 -> 100.5 / 100.5 (torch.compile 101.5-101.7) (session 33).
-    // Short rows (16-bit K <= 512, fp32 <= 256: under a warp's one pass) at MYOPS_SUM_MIN_TPR (4, 8 or 16) threads
-    // a row, 256 / that rows a CTA, where a warp per row left most lanes without a load: H200, bf16 [1048576, 128],
-    // 262 us, 23% of copy (ce_tail.py's reference, session 52). Default 32 (a warp) until timed on a GPU.
+    // Short rows (16-bit K <= 512, fp32 <= 256: under a warp's one pass) from MYOPS_SUM_MIN_TPR (4, the default;
+    // 8, 16, or 32: a warp a row, the former kernel) threads a row, 256 / that rows a CTA, where a warp per row left
+    // most lanes without a load. H200, sum(dim=-1), % of copy, min 32 -> 16 -> 4 (session 53): bf16 [1048576, 128]
+    // 24.1 -> 43.4 -> 102.4 (torch.compile 97.3), [1048576, 64] 12.2 -> 22.5 -> 73.6; fp32 [1048576, 128]
+    // 53.0 -> 80.2 -> 107.5, [1048576, 64] 27.1 -> 48.2 -> 101.5; bf16 [262144, 512] 77.4 -> 102.3 -> 102.2.
     static const int min_tpr =
-        env_knob("MYOPS_SUM_MIN_TPR", 32, [](int v) { return v >= 4 && v <= 32 && !(v & (v - 1)); });
+        env_knob("MYOPS_SUM_MIN_TPR", 4, [](int v) { return v >= 4 && v <= 32 && !(v & (v - 1)); });
     int t = __builtin_ctz(min_tpr);
     while (t < 8 && ((int64_t)kRowLoads * p.vec << t) < K) ++t;
     static const int knob =
