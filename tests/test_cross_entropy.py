@@ -482,12 +482,13 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mode", ["1", "0"], ids=["fold", "engine"])
-def test_misaligned_rows(mode, tmp_path):
+@pytest.mark.parametrize("env", [{}, {"MYOPS_CE_PACKED_BWD": "2"}, {"MYOPS_CE_MISALIGNED": "0"}],
+                         ids=["fold", "packed_seg", "engine"])
+def test_misaligned_rows(env, tmp_path):
     """Rows that do not start on a 16-byte boundary or do not hold whole 16-byte vectors, under MYOPS_CE_MISALIGNED
     (read once per process: a subprocess) = 1 (the default): the fold forward (16-bit, fp32), and the backward over
-    the packed buffer's vectors (short rows: a vector may span two rows) or row chunks with each row's head and tail
-    one element a thread; = 0: the rows.cuh engine. Odd C (every row at another offset; GPT-2's 50257; 13, under two
+    the packed buffer's vectors (short rows: a vector may span two rows; MYOPS_CE_PACKED_BWD=2 its SEG form) or row
+    chunks with each row's head and tail one element a thread; = 0: the rows.cuh engine. Odd C (every row at another offset; GPT-2's 50257; 13, under two
     bf16 vectors, and 300 rows of 1001: several CTAs of the packed backward), logits one column into a wider tensor
     (a misaligned pointer, x and dx at different offsets: the backward's engine), a row stride of C + 3, rows shorter
     than a vector, a warp's last rows past the end (37 rows of 4 threads), smoothing, an ignored row, and
@@ -522,7 +523,7 @@ for big, layout, C, t, g, smoothing in torch.load({str(tmp_path / "in.pt")!r}):
 torch.save(out, {str(tmp_path / "out.pt")!r})
 """
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_MISALIGNED=mode),
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, **env),
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     for (big, layout, C, t, g, smoothing), (loss, dx) in zip(cases, torch.load(tmp_path / "out.pt")):

@@ -650,6 +650,14 @@ inline bool ce_misaligned() {
   return mode == 1;
 }
 
+// MYOPS_CE_PACKED_BWD: packed_bwd_kernel for ce_misaligned's short packed rows, 1 (default) its per-element form, 2
+// its SEG form (A/B until timed), 0 never (the engine's backward, or rr_bwd_kernel's from kBwdThreads vectors). Read
+// once.
+inline int ce_packed_bwd() {
+  static const int mode = rr::env_knob("MYOPS_CE_PACKED_BWD", 1, [](int m) { return m >= 0 && m <= 2; });
+  return mode;
+}
+
 // MYOPS_CE_BULK: 1 (default) rows of kBulkMinBytes to kBulkMaxBytes take bulk_fwd_kernel (but fp32 rows on the
 // H200: see ce_fwd_tpr), 0 none, 2 every row up to kBulkMaxBytes (A/B). Read once.
 inline int ce_bulk_mode() {
@@ -875,7 +883,13 @@ __global__ void __launch_bounds__(kBwdThreads, 4)
 // (session 53): [65536, 1001] bf16 16.4 -> 54.9, fp32 32.4 -> 73.3; [131072, 2001] bf16 61.0, fp32 79.0 (its
 // backward alone near 53% of copy in bf16). Its first form, which indexed the two rows' data by a computed index, put
 // them in local memory (160 bytes a thread): bf16 [65536, 1001] 48.9.
-template <class T>
+// SEG (MYOPS_CE_PACKED_BWD=2, not yet GPU-run): a vector within one row (for C = 1001 in bf16, 124 of 125) takes
+// flat_bwd_kernel's code, and one across two rows decodes them once (the first row's elements, each row's target
+// element in the vector) and selects per element, where the default form takes bwd_vec on each element alone, with
+// its 64-bit target compares and selects (bf16 16-byte vectors there run the backward at about half of copy: issue-
+// bound, by a count of 12-15 instructions an element against the copy's time); the next row's data read only by the
+// vectors that reach it. Same arithmetic, same bits.
+template <class T, bool SEG>
 __global__ void __launch_bounds__(kBwdThreads, 3)  // (two rows' data a vector: 48 bytes spilled under 4's 64 registers)
     packed_bwd_kernel(T* __restrict__ dx,       // [M, C], row stride C
                       const T* __restrict__ x,  // [M, C], row stride C
@@ -916,6 +930,10 @@ __global__ void __launch_bounds__(kBwdThreads, 3)  // (two rows' data a vector: 
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int64_t r = r0 + dr + (j && c[s] + VEC > C);
+        if (SEG && j && r == r0 + dr) {  // (no next row: the first's data again, loaded once)
+          tg[s][1] = tg[s][0], g[s][1] = g[s][0], m[s][1] = m[s][0], ls[s][1] = ls[s][0];
+          break;
+        }
         tg[s][j] = target[r * t_stride];
         g[s][j] = grad[r * g_stride];
         m[s][j] = stats[2 * r];
@@ -928,13 +946,36 @@ __global__ void __launch_bounds__(kBwdThreads, 3)  // (two rows' data a vector: 
     const int64_t k = base + threadIdx.x + s * kBwdThreads;
     if (k >= nv) break;
     A a[VEC];
+    if constexpr (SEG) {
+      const bool ia = tg[s][0] == ignore_index, ib = tg[s][1] == ignore_index;
+      const A ga = ia ? A(0) : g[s][0], gb = ib ? A(0) : g[s][1];
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      const int col = c[s] + e;
-      const bool b = col >= C;  // (selects: an index into these arrays put them in local memory, 160 bytes a thread)
-      a[e] = v.at(s, e);
-      one(a[e], b ? tg[s][1] : tg[s][0], b ? g[s][1] : g[s][0], b ? m[s][1] : m[s][0], b ? ls[s][1] : ls[s][0],
-          b ? col - C : col);
+      for (int e = 0; e < VEC; ++e) a[e] = v.at(s, e);
+      if (c[s] + VEC <= C) {  // one row: flat_bwd_kernel's code
+        bwd_vec<T>(a, tg[s][0] - c[s], ia, ga, m[s][0], ls[s][0], off, hit);
+      } else {
+        // Element e is the first row's below split, at column c + e, else the next row's, at c + e - C; each row's
+        // target element (-1: not in this vector) can only fall in its own part, as a valid target is under C.
+        const int split = C - c[s];
+        const auto elem = [](int64_t d) { return d >= 0 && d < VEC ? (int)d : -1; };
+        const int ea = elem(tg[s][0] - c[s]), eb = elem(tg[s][1] - (c[s] - C));
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const bool b = e >= split;
+          const A d = (a[e] - (b ? m[s][1] : m[s][0])) - (b ? ls[s][1] : ls[s][0]);
+          const A pr = (b ? ib : ia) ? A(0) : exp_of<T>(d);
+          a[e] = (b ? gb : ga) * (pr - off - (e == (b ? eb : ea) ? hit : A(0)));  // (bwd_vec's expression)
+        }
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int col = c[s] + e;
+        const bool b = col >= C;  // (selects: an index into these arrays put them in local memory, 160 bytes a thread)
+        a[e] = v.at(s, e);
+        one(a[e], b ? tg[s][1] : tg[s][0], b ? g[s][1] : g[s][0], b ? m[s][1] : m[s][0], b ? ls[s][1] : ls[s][0],
+            b ? col - C : col);
+      }
     }
     rr::store(dx + h + k * VEC, 0, a);
   }
@@ -1393,14 +1434,16 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
       const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
       const bool mis = ce_misaligned() && C < (1LL << 31) && x.col_stride == 1 && dx.col_stride == 1 &&
                        (addr(x.ptr) - addr(dx.ptr)) % 16 == 0;
-      if (mis && C >= VEC && ce_bwd_flat(C / VEC, es) && (M == 1 || (x.row_stride == C && dx.row_stride == C)) &&
-          ceil_div(M * C / VEC, kBwdFlatVecs) < (1LL << 31)) {
-        packed_bwd_kernel<T><<<(unsigned)ceil_div(M * C / VEC, kBwdFlatVecs), kBwdThreads, 0,
-                               static_cast<cudaStream_t>(stream)>>>(
-            static_cast<T*>(dx.ptr), static_cast<const T*>(x.ptr), target, t_stride,
-            static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, M, (int)C, ignore_index,
-            (acc_t<T>)smoothing, rr::l2_last(M * C * es));
-        return launch_status();
+      if (const int packed = ce_packed_bwd(); packed && mis && C >= VEC && ce_bwd_flat(C / VEC, es) &&
+          (M == 1 || (x.row_stride == C && dx.row_stride == C)) && ceil_div(M * C / VEC, kBwdFlatVecs) < (1LL << 31)) {
+        const auto go = [&](auto kernel) {
+          kernel<<<(unsigned)ceil_div(M * C / VEC, kBwdFlatVecs), kBwdThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+              static_cast<T*>(dx.ptr), static_cast<const T*>(x.ptr), target, t_stride,
+              static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, M, (int)C,
+              ignore_index, (acc_t<T>)smoothing, rr::l2_last(M * C * es));
+          return launch_status();
+        };
+        return packed == 2 ? go(packed_bwd_kernel<T, true>) : go(packed_bwd_kernel<T, false>);
       }
       if (mis && C / VEC >= kBwdThreads && M * chunks < (1LL << 31) &&
           (M <= 1 || (x.row_stride - dx.row_stride) * es % 16 == 0)) {
