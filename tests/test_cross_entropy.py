@@ -427,11 +427,12 @@ def test_graph_replay(dtype):
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "8"},
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "16"},
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "4"},
+                                 {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "2"},
                                  {"MYOPS_CE_BWD_FLAT": "2"}, {"MYOPS_CE_BWD_FLAT": "0"}, {"MYOPS_CE_FOLD32": "2"},
                                  {"MYOPS_CE_FOLD32": "2", "MYOPS_CE_FOLD_TPR": "16"},
                                  {"MYOPS_CE_FOLD32": "2", "MYOPS_CE_FOLD_TPR": "32"}, {"MYOPS_CE_FOLD32": "0"}],
                          ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128", "fold", "fold32", "fold64",
-                              "fold128", "fold8", "fold16", "fold4", "bwd_flat", "bwd_rows", "f32fold", "f32fold16",
+                              "fold128", "fold8", "fold16", "fold4", "fold2", "bwd_flat", "bwd_rows", "f32fold", "f32fold16",
                               "f32fold32", "f32warp"])
 def test_forward_variants(env, tmp_path):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
@@ -440,7 +441,8 @@ def test_forward_variants(env, tmp_path):
     KB); MYOPS_CE_WARP=2: a warp per row for every row (by default rows up to 64 KB when there are enough to fill
     the SMs); MYOPS_CE_TPR=64 / 128: that many threads a row, several rows a CTA (by default fp32 rows of 16-64 KB
     on the H200), the last CTA's rows past the end included; MYOPS_CE_FOLD=2: the fold kernel for every 16-bit row
-    (MYOPS_CE_FOLD_TPR=4 / 8 / 16 / 32 / 64 / 128: that many threads a row, several rows a CTA, or a warp);
+    (MYOPS_CE_FOLD_TPR=2 / 4 / 8 / 16 / 32 / 64 / 128: that many threads a row, several rows a CTA, or a warp;
+    fp32 rows at 2 take 4);
     MYOPS_CE_BWD_FLAT=2 / 0: the backward's flat kernel (CTAs over any rows' vectors; by default rows under 1024
     vectors) / its row-chunk kernel for every row; MYOPS_CE_FOLD32=2 / 0: the fold kernel for every fp32 row (4 or 8
     threads a row by its bytes, or MYOPS_CE_FOLD_TPR's 16 / 32; by default rows up to 2 KB) / none. Rows far

@@ -435,7 +435,7 @@ __device__ __forceinline__ float fold_row(float v, float* sh) {
   }
   return v;
 }
-// TPR threads a row (4 to kStreamThreads), kStreamThreads / TPR rows a CTA, each CTA its rows once (grid = M / rows
+// TPR threads a row (2 to kStreamThreads), kStreamThreads / TPR rows a CTA, each CTA its rows once (grid = M / rows
 // a CTA, no row loop). A thread of a row past M loads nothing but still takes its warp's shuffles (TPR < 32) or the
 // CTA's barriers (TPR > 32); a warp whose rows are all past M returns.
 // MIS: rows need not start on a 16-byte boundary nor hold a multiple of VEC columns (C odd, or a row stride that is
@@ -452,7 +452,7 @@ __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOO
                     int64_t t_stride, int64_t M, int C, int64_t ignore_index, float smoothing) {
   constexpr bool L2F = sizeof(T) == 2;  // (the log2 fold; fp32: exp_f32 against the running maximum)
   static_assert(L2F || sizeof(T) == 4, "16-bit or fp32 logits");
-  static_assert(TPR >= 4 && TPR <= kStreamThreads && (TPR & (TPR - 1)) == 0, "TPR: a power of 2, 4 and up");
+  static_assert(TPR >= 2 && TPR <= kStreamThreads && (TPR & (TPR - 1)) == 0, "TPR: a power of 2, 2 and up");
   constexpr int U = 4, VEC = 16 / sizeof(T);
   __shared__ float sh[kStreamThreads / 32];
   pdl_trigger();  // (the loss's reduction, launched next, waits for this grid's completion in pdl_wait)
@@ -604,10 +604,13 @@ int with_pow2(int p, F&& f) {
   else
     return p == Lo ? f(std::integral_constant<int, Lo>{}) : with_pow2<Lo * 2, Hi>(p, f);
 }
-// MYOPS_CE_FOLD_TPR: the fold kernel's threads a row, fixed (4 to 256, a power of 2), or 0. Read once.
+// MYOPS_CE_FOLD_TPR: the fold kernel's threads a row, fixed (2 to 256, a power of 2; under 4 for aligned 16-bit rows
+// alone, the others taking 4), or 0. Read once. (2: not yet GPU-run; for 16-bit rows of 64 to 128 columns, where 4
+// threads a row hold one round of loads each: bf16 [1048576, 128] forward 81.6% of copy, fp32 rows of twice the bytes
+// on 4 threads 89.9, session 53.)
 inline int ce_fold_tpr_knob() {
   static const int fixed =
-      rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || (t >= 4 && t <= 256 && (t & (t - 1)) == 0); });
+      rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || (t >= 2 && t <= 256 && (t & (t - 1)) == 0); });
   return fixed;
 }
 // (misaligned: for ce_misaligned's rows, 16-bit or fp32, which MYOPS_CE_FOLD=0 leaves on this table)
@@ -615,7 +618,7 @@ inline int ce_fold(int64_t row_bytes, bool misaligned = false) {
   static const int mode = rr::env_knob("MYOPS_CE_FOLD", 1, [](int m) { return m >= 0 && m <= 2; });
   const int fixed = ce_fold_tpr_knob();
   if ((mode == 0 && !misaligned) || (mode != 2 && !(dram_rich_sms() && row_bytes <= kFoldMaxBytes))) return 0;
-  if (fixed) return fixed;
+  if (fixed) return misaligned ? std::max(fixed, 4) : fixed;
   return row_bytes <= 1024 ? 4 : row_bytes < 8 * 1024 ? 8 : row_bytes < 16 * 1024 ? 128 : kStreamThreads;
 }
 
@@ -624,13 +627,13 @@ inline int ce_fold(int64_t row_bytes, bool misaligned = false) {
 // fold at 4 / 8 / 16 threads a row (session 53): [1048576, 128] 23.4 -> 89.9 / 82.2 / 53.3 (forward+backward 47.1
 // -> 93.3), [524288, 256] 44.7 -> 88.4 / 90.3 / 90.2, [131072, 512] 75.6 -> 78.3 / 88.0 / 87.3. MYOPS_CE_FOLD32: 1
 // (default) rows up to kFold32MaxBytes on dram_rich_sms devices, 4 threads a row under 1 KB, else 8; 0 none; 2 every
-// fp32 row (A/B, tests). MYOPS_CE_FOLD_TPR fixes the threads a row (over 32: 32). Read once.
+// fp32 row (A/B, tests). MYOPS_CE_FOLD_TPR fixes the threads a row (4 to 32, clamped). Read once.
 constexpr int64_t kFold32MaxBytes = 2048;
 inline int ce_fold32(int64_t row_bytes) {
   static const int mode = rr::env_knob("MYOPS_CE_FOLD32", 1, [](int m) { return m >= 0 && m <= 2; });
   const int fixed = ce_fold_tpr_knob();
   if (mode == 0 || (mode == 1 && !(dram_rich_sms() && row_bytes <= kFold32MaxBytes))) return 0;
-  if (fixed) return std::min(fixed, 32);
+  if (fixed) return std::clamp(fixed, 4, 32);
   return row_bytes < 1024 ? 4 : 8;
 }
 
@@ -1322,9 +1325,11 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
           };
           return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F, MIS>) : go(fold_fwd_kernel<T, false, F, MIS>);
         };
-        // (fp32: up to 32 threads a row, but misaligned rows, which have no other kernel but the engine's)
+        // (fp32: up to 32 threads a row, but misaligned rows, which have no other kernel but the engine's; 2 threads
+        // a row for aligned 16-bit rows alone, MYOPS_CE_FOLD_TPR=2)
         constexpr int kHi = es == 2 || decltype(mis)::value ? kStreamThreads : 32;
-        return with_pow2<4, kHi>(ftpr, fold);
+        constexpr int kLo = es == 2 && !decltype(mis)::value ? 2 : 4;
+        return with_pow2<kLo, kHi>(ftpr, fold);
       };
       if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
         if (C % (16 / es) == 0 && C < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es)) {
