@@ -18,7 +18,7 @@
 set -uo pipefail
 source "$(dirname "$0")/device_build.sh"
 if [ "${TESTS:-1}" = 1 ]; then
-  MYOPS_HYPOTHESIS_PROFILE=ci timeout 300 python -m pytest tests/test_cross_entropy.py tests/test_batching.py -m cuda \
+  MYOPS_HYPOTHESIS_PROFILE=ci timeout 420 python -m pytest tests/test_cross_entropy.py tests/test_batching.py -m cuda \
     -q -p no:cacheprovider > "$OUT/tests.log" 2>&1
   echo "tests rc=$?"; grep -E "passed|failed|Error" "$OUT/tests.log" | tail -8
 fi

@@ -420,7 +420,9 @@ def test_graph_replay(dtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("env", [{"MYOPS_CE_CLUSTER": "2", "MYOPS_CE_BULK": "0"},
                                  {"MYOPS_CE_CLUSTER": "8", "MYOPS_CE_BULK": "0"}, {"MYOPS_CE_BULK": "2"},
-                                 {"MYOPS_CE_WARP": "2"}, {"MYOPS_CE_TPR": "64"}, {"MYOPS_CE_TPR": "128"},
+                                 {"MYOPS_CE_WARP": "2", "MYOPS_CE_FOLD32": "0"},
+                                 {"MYOPS_CE_TPR": "64", "MYOPS_CE_FOLD32": "0"},
+                                 {"MYOPS_CE_TPR": "128", "MYOPS_CE_FOLD32": "0"},
                                  {"MYOPS_CE_FOLD": "2"}, {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "32"},
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "64"},
                                  {"MYOPS_CE_FOLD": "2", "MYOPS_CE_FOLD_TPR": "128"},
@@ -432,15 +434,16 @@ def test_graph_replay(dtype):
                                  {"MYOPS_CE_FOLD32": "2", "MYOPS_CE_FOLD_TPR": "16"},
                                  {"MYOPS_CE_FOLD32": "2", "MYOPS_CE_FOLD_TPR": "32"}, {"MYOPS_CE_FOLD32": "0"}],
                          ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128", "fold", "fold32", "fold64",
-                              "fold128", "fold8", "fold16", "fold4", "fold2", "bwd_flat", "bwd_rows", "f32fold", "f32fold16",
-                              "f32fold32", "f32warp"])
+                              "fold128", "fold8", "fold16", "fold4", "fold2", "bwd_flat", "bwd_rows", "f32fold",
+                              "f32fold16", "f32fold32", "f32warp"])
 def test_forward_variants(env, tmp_path):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
     the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
     last one part-filled); MYOPS_CE_BULK=2: the bulk-copy kernel for every row up to 64 KB (by default rows of 32-64
     KB); MYOPS_CE_WARP=2: a warp per row for every row (by default rows up to 64 KB when there are enough to fill
     the SMs); MYOPS_CE_TPR=64 / 128: that many threads a row, several rows a CTA (by default fp32 rows of 16-64 KB
-    on the H200), the last CTA's rows past the end included; MYOPS_CE_FOLD=2: the fold kernel for every 16-bit row
+    on the H200), the last CTA's rows past the end included (these three with MYOPS_CE_FOLD32=0, so that fp32 rows
+    of up to 2 KB take them too, not the fold kernel); MYOPS_CE_FOLD=2: the fold kernel for every 16-bit row
     (MYOPS_CE_FOLD_TPR=2 / 4 / 8 / 16 / 32 / 64 / 128: that many threads a row, several rows a CTA, or a warp;
     fp32 rows at 2 take 4);
     MYOPS_CE_BWD_FLAT=2 / 0: the backward's flat kernel (CTAs over any rows' vectors; by default rows under 1024
@@ -490,22 +493,23 @@ def test_misaligned_rows(env, tmp_path):
     """Rows that do not start on a 16-byte boundary or do not hold whole 16-byte vectors, under MYOPS_CE_MISALIGNED
     (read once per process: a subprocess) = 1 (the default): the fold forward (16-bit, fp32), and the backward over
     the packed buffer's vectors (short rows: a vector may span two rows; MYOPS_CE_PACKED_BWD=2 its SEG form) or row
-    chunks with each row's head and tail one element a thread; = 0: the rows.cuh engine. Odd C (every row at another offset; GPT-2's 50257; 13, under two
-    bf16 vectors, and 300 rows of 1001: several CTAs of the packed backward), logits one column into a wider tensor
-    (a misaligned pointer, x and dx at different offsets: the backward's engine), a row stride of C + 3, rows shorter
-    than a vector, a warp's last rows past the end (37 rows of 4 threads), smoothing, an ignored row, and
-    test_extreme_logits' rows one column in (16-bit: the exact second pass over head and tail); loss and gradient
-    against float64."""
+    chunks with each row's head and tail one element a thread; = 0: the rows.cuh engine. Odd C (every row at another
+    offset; GPT-2's 50257; 13, under two bf16 vectors; 300 rows of 1001: several CTAs of the packed backward), logits
+    one column into a wider tensor (a misaligned pointer, x and dx at different offsets: the backward's engine), a row
+    stride of C + 3 (one such row: packed all the same), rows shorter than a vector, a warp's last rows past the end
+    (37 rows of 4 threads), smoothing, an ignored row, and test_extreme_logits' rows one column in (16-bit: the exact
+    second pass over head and tail); loss and gradient against float64."""
     cases = []
     for (M, C), layout in [((5, 7), "odd"), ((9, 1001), "odd"), ((300, 1001), "odd"), ((64, 13), "odd"),
                            ((3, 50257), "odd"), ((37, 130), "offset"), ((6, 8192), "offset"), ((4, 2048), "stride"),
-                           ((3, 8195), "odd")]:
+                           ((3, 8195), "odd"), ((1, 1001), "stride")]:
         for dtype in (torch.bfloat16, torch.float16, torch.float32):
             for smoothing in (0.0, 0.1):
                 wide = C + (1 if layout == "offset" else 3 if layout == "stride" else 0)
                 big = make_tensor((M, wide), dtype, "cpu", seed=C + M) * 4
                 t = targets(M, C, "cpu", M, ignore_frac=0.0)
-                t[1] = -100
+                if M > 1:
+                    t[1] = -100
                 g = torch.randn(M, generator=torch.Generator().manual_seed(C)).to(dtype)
                 cases.append((big, layout, C, t, g, smoothing))
     for dtype in (torch.bfloat16, torch.float16, torch.float32):

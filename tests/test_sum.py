@@ -112,9 +112,9 @@ torch.save([ops.sum(x.cuda(), -1).cpu() for x in xs], sys.argv[2])
 @pytest.mark.parametrize("min_tpr", ["4", "16", "32"])
 def test_short_rows(min_tpr):
     """Rows shorter than a warp's one pass at MYOPS_SUM_MIN_TPR = 4 (the default) / 16 / 32 threads a row at least
-    (read once per process: a subprocess): several rows a warp, each summed over its own lanes (32: a warp a row). Every dtype; K from 1 to 512, contiguous (the
-    straight-line kernel where K is one pass) or a column slice (row stride K + 5: one-element loads); 37 rows (a
-    partial last CTA) and 1000; against float64."""
+    (read once per process: a subprocess): several rows a warp, each summed over its own lanes (32: a warp a row).
+    Every dtype; K from 1 to 512, contiguous (the straight-line kernel where K is one pass) or a column slice (row
+    stride K + 5: one-element loads); 37 rows (a partial last CTA) and 1000; against float64."""
     xs = []
     for dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
         for k in (1, 3, 8, 16, 31, 64, 100, 128, 255, 256, 512):

@@ -570,11 +570,12 @@ __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOO
     finish_row<T, SMOOTH>(loss, stats, r, {mr, sr}, sx, rt, C, ignore_index, smoothing);
   }
 }
-// MYOPS_CE_FOLD: whether 16-bit rows take fold_fwd_kernel: 1 (default) rows of up to kFoldMaxBytes on devices of
-// over 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200; not timed on the H100), 0 never, 2 always (A/B,
-// tests). Its threads a row by the row's bytes: 4 up to 1 KB, 8 under 8 KB, 128 under 16 KB, else a CTA;
-// MYOPS_CE_FOLD_TPR (4 to 256, a power of 2) fixes them. H200, bf16 forward, unchecked / label_smoothing 0.1, % of
-// copy, the former policy (a warp per row) against the fold at 32 / 64 / 128 / 256 threads a row (session 50):
+// MYOPS_CE_FOLD: whether 16-bit rows take fold_fwd_kernel: 1 (default) rows of up to kFoldMaxBytes on devices of over
+// 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200; not timed on the H100), 0 never, 2 always (A/B, tests).
+// Its threads a row by the row's bytes: 4 up to 1 KB, 8 under 8 KB, 128 under 16 KB, else a CTA; MYOPS_CE_FOLD_TPR (2
+// to 256, a power of 2; 2 for aligned 16-bit rows alone) fixes them. H200, bf16 forward, unchecked / label_smoothing
+// 0.1, % of copy, the former policy (a warp per row) against the fold at 32 / 64 / 128 / 256 threads a row
+// (session 50):
 //   [65536, 2048]   73.5 / 70.2 -> 82.0 / 78.0, 80.6 / 76.3, 55.5 / 47.8, 32.5 / 28.1
 //   [16384, 4096]   74.1 / 72.8 -> 79.2 / 74.9, 79.8 / 75.3, 81.0 / 77.5, 59.4 / 52.0
 //   [8192, 8192]    78.6 / 77.7 -> 82.0 / 77.5, 79.6 / 74.8, 82.1 / 77.4, 83.4 / 83.5
@@ -877,15 +878,16 @@ __global__ void __launch_bounds__(kBwdThreads, 4)
   }
 }
 
-// Misaligned rows stored packed (row stride C >= VEC; x's and dx's buffers as far from a 16-byte boundary), short
-// as flat_bwd_kernel's: its layout over the M * C elements taken as one buffer, 16-byte vectors from the buffer's
-// first boundary. A vector across a row's end (C >= VEC: two rows at most) reads both rows' target, grad and stats
-// (the same row's twice elsewhere: L1 hits); the buffer's head and tail, under VEC elements each, CTA 0 takes one
-// element a thread. (Per-row heads and tails, rr_bwd_kernel<T, true>'s way, left a 1001-column bf16 row's 125
-// vectors on a CTA of 256 threads.) H200, unchecked, forward+backward, % of copy, the engine's backward -> this
-// (session 53): [65536, 1001] bf16 16.4 -> 54.9, fp32 32.4 -> 73.3; [131072, 2001] bf16 61.0, fp32 79.0 (its
-// backward alone near 53% of copy in bf16). Its first form, which indexed the two rows' data by a computed index, put
-// them in local memory (160 bytes a thread): bf16 [65536, 1001] 48.9.
+// Misaligned rows stored packed (row stride C >= VEC; x's and dx's buffers as far from a 16-byte boundary), short as
+// flat_bwd_kernel's: its layout over the M * C elements taken as one buffer, 16-byte vectors from the buffer's first
+// boundary. A vector across a row's end (C >= VEC: two rows at most) reads both rows' target, grad and stats (the same
+// row's twice elsewhere: L1 hits); the buffer's head and tail, under VEC elements each, CTA 0 takes one element a
+// thread (through the op the head is empty: dx comes aligned, and x must share its phase). (Per-row heads and tails,
+// rr_bwd_kernel<T, true>'s way, left a 1001-column bf16 row's 125 vectors on a CTA of 256 threads.) H200, unchecked,
+// forward+backward, % of copy, the engine's backward -> this (session 53): [65536, 1001] bf16 16.4 -> 54.9, fp32 32.4
+// -> 73.3; [131072, 2001] bf16 61.0, fp32 79.0 (its backward alone near 53% of copy in bf16). Its first form, which
+// indexed the two rows' data by a computed index, put them in local memory (160 bytes a thread): bf16
+// [65536, 1001] 48.9.
 // SEG (MYOPS_CE_PACKED_BWD=2, not yet GPU-run): a vector within one row (for C = 1001 in bf16, 124 of 125) takes
 // flat_bwd_kernel's code, and one across two rows decodes them once (the first row's elements, each row's target
 // element in the vector) and selects per element, where the default form takes bwd_vec on each element alone, with
@@ -1439,7 +1441,8 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
       const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
       const bool mis = ce_misaligned() && C < (1LL << 31) && x.col_stride == 1 && dx.col_stride == 1 &&
                        (addr(x.ptr) - addr(dx.ptr)) % 16 == 0;
-      if (const int packed = ce_packed_bwd(); packed && mis && C >= VEC && ce_bwd_flat(C / VEC, es) &&
+      if (const int packed = ce_packed_bwd();
+          packed && mis && C >= VEC && C < (1LL << 31) - 16 && ce_bwd_flat(C / VEC, es) &&
           (M == 1 || (x.row_stride == C && dx.row_stride == C)) && ceil_div(M * C / VEC, kBwdFlatVecs) < (1LL << 31)) {
         const auto go = [&](auto kernel) {
           kernel<<<(unsigned)ceil_div(M * C / VEC, kBwdFlatVecs), kBwdThreads, 0, static_cast<cudaStream_t>(stream)>>>(
