@@ -443,7 +443,10 @@ __device__ __forceinline__ float fold_row(float v, float* sh) {
 // columns each, are folded one element a thread before its vectors. At eight CTAs an SM (32 registers) the MIS
 // kernels spilled 8-48 bytes (ptxas, the smoothed ones), so they take six (40 registers, no spills), as do the fp32
 // smoothed ones (8 bytes at 4-16 threads a row).
-template <class T, bool SMOOTH, int TPR, bool MIS = false>
+// XB (MYOPS_CE_MIS_XB=1, 4 and 8 threads a row, not yet GPU-run): a thread's head and tail columns loaded at once, then
+// folded, where the loop over them waited out a load each (up to 4 round trips a row at 4 threads a row before the
+// vectors' loads issue: bf16 [262144, 127] forward 51.7% of copy, session 53). Same folds, same bits.
+template <class T, bool SMOOTH, int TPR, bool MIS = false, bool XB = false>
 __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOOTH) ? 6 : 8)
     fold_fwd_kernel(float* __restrict__ loss,             // [M]
                     float* __restrict__ stats,            // [M, 2]
@@ -469,9 +472,8 @@ __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOO
   const auto head = [&] { return MIS ? head_elems(x + row_of() * xs, C) : 0; };
   float m = neg_inf<float>(), c = 0.f, s = 0.f, sx = 0.f;
   if constexpr (MIS) {  // folded first, one a thread, so that nothing of them is held through the vectors' loop
-    const int h = head(), nv = live ? (C - h) / VEC : 0;
-    for (int k = t; k < (live ? C - nv * VEC : 0); k += TPR) {
-      const float a = extra(k, h, nv);
+    const int h = head(), nv = live ? (C - h) / VEC : 0, nx = live ? C - nv * VEC : 0;
+    const auto fold_extra = [&](float a) {
       if constexpr (L2F) {
         if (a > m) {
           c = a * kLog2e;
@@ -487,6 +489,17 @@ __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOO
         s += exp_f32(a - (m == neg_inf<float>() ? 0.f : m));
       }
       if (SMOOTH) sx += a;
+    };
+    if constexpr (XB) {  // (a thread's extras, under 2 VEC: all loads first, then the same folds in the same order)
+      constexpr int kX = (2 * VEC - 2 + TPR - 1) / TPR;
+      float a[kX];
+#pragma unroll
+      for (int i = 0; i < kX; ++i) a[i] = t + i * TPR < nx ? extra(t + i * TPR, h, nv) : 0.f;
+#pragma unroll
+      for (int i = 0; i < kX; ++i)
+        if (t + i * TPR < nx) fold_extra(a[i]);
+    } else {
+      for (int k = t; k < nx; k += TPR) fold_extra(extra(k, h, nv));
     }
   }
   const int h = head();
@@ -651,6 +664,13 @@ inline int ce_fold32(int64_t row_bytes) {
 // copy, where the aligned rows' flat_bwd_kernel reaches 87-97: not yet studied.
 inline bool ce_misaligned() {
   static const int mode = rr::env_knob("MYOPS_CE_MISALIGNED", 1, [](int m) { return m == 0 || m == 1; });
+  return mode == 1;
+}
+
+// MYOPS_CE_MIS_XB: 1 misaligned rows on fold_fwd_kernel at 4 or 8 threads a row take its XB form (A/B until timed),
+// 0 (default) not. Read once.
+inline bool ce_mis_xb() {
+  static const int mode = rr::env_knob("MYOPS_CE_MIS_XB", 0, [](int m) { return m == 0 || m == 1; });
   return mode == 1;
 }
 
@@ -1325,6 +1345,10 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
                                  static_cast<A*>(rows), static_cast<A*>(stats), static_cast<const T*>(x.ptr),
                                  x.row_stride, target, t_stride, M, (int)C, ignore_index, (A)smoothing);
           };
+          if constexpr (MIS && F <= 8)
+            if (ce_mis_xb())
+              return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F, true, true>)
+                                      : go(fold_fwd_kernel<T, false, F, true, true>);
           return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F, MIS>) : go(fold_fwd_kernel<T, false, F, MIS>);
         };
         // (fp32: up to 32 threads a row, but misaligned rows, which have no other kernel but the engine's; 2 threads
