@@ -587,14 +587,77 @@ def watch(run: str | None, interval: float = 0.3) -> None:
         time.sleep(interval)
 
 
+# ---- ptxas resource report ---------------------------------------------------------------------------------------
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(\w+)'")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_REGS = re.compile(r"Used (\d+) registers")
+
+
+def _ptxas_file(cfg: Config, path: str, arch: str, tmp: str) -> list[dict]:
+    flags = [f for f in cfg.nvcc_flags if not f.startswith("-gencode")]
+    out = os.path.join(tmp, os.path.basename(path) + ".cubin")
+    cmd = [cfg.nvcc, "-cubin", f"-arch=sm_{arch}", "-Xptxas", "-v", *flags, f"-I{CSRC}", "-o", out, path]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise BuildError(f"ptxas report: {os.path.relpath(path, ROOT)} failed to compile\n{r.stderr[-4000:]}")
+    rows, cur = [], None
+    for line in r.stderr.splitlines():
+        if m := _PTXAS_ENTRY.search(line):
+            cur = {"file": os.path.relpath(path, ROOT), "kernel": m.group(1), "stack": 0, "spill_stores": 0,
+                   "spill_loads": 0}
+        elif cur is not None and (m := _PTXAS_FRAME.search(line)):
+            cur["stack"], cur["spill_stores"], cur["spill_loads"] = map(int, m.groups())
+        elif cur is not None and (m := _PTXAS_REGS.search(line)):
+            cur["registers"] = int(m.group(1))
+            rows.append(cur)
+            cur = None
+    return rows
+
+
+def ptxas_report(cfg: Config, files: list[str] | None = None) -> list[dict]:
+    """Each kernel's registers, stack frame and spill bytes as ptxas reports them under the build's nvcc flags for its
+    first arch: device code only (-cubin), the CUDA sources given (default: every one) compiled in parallel. A stack
+    frame without spills is local memory all the same, as an array indexed at run time (session 53's packed
+    cross_entropy backward kept 160 bytes a thread there, which a look at spills alone missed). Names demangled where
+    c++filt is found."""
+    if not cfg.cuda:
+        raise BuildError("ptxas report: no CUDA toolkit (or a CPU-only torch)")
+    files = [os.path.abspath(f) for f in files] if files else _sources("cuda", "*.cu")
+    arch = re.sub(r"\+PTX$", "", cfg.archs[0]).replace(".", "")
+    import concurrent.futures
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        rows = [r for part in pool.map(lambda f: _ptxas_file(cfg, f, arch, tmp), files) for r in part]
+    if rows and shutil.which("c++filt"):
+        names = subprocess.run(["c++filt"], input="\n".join(r["kernel"] for r in rows), capture_output=True,
+                               text=True).stdout.splitlines()
+        if len(names) == len(rows):
+            for r, n in zip(rows, names):
+                r["kernel"] = n
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     p = argparse.ArgumentParser(prog="python -m torch_ops_jit", description="Build, inspect or clear the myops cache.")
-    p.add_argument("command", choices=["build", "info", "clean", "watch"])
+    p.add_argument("command", choices=["build", "info", "clean", "watch", "ptxas"])
+    p.add_argument("files", nargs="*", help="ptxas: the .cu files (default: every CUDA source)")
     p.add_argument("--force", action="store_true", help="build: rebuild even if the cache is current")
     p.add_argument("--run", help="watch: shell command to run after each successful build")
-    args = p.parse_args(argv)
+    p.add_argument("--all", action="store_true", help="ptxas: every kernel, not only those with local memory")
+    args = p.parse_intermixed_args(argv)  # (files after an option too)
+    if args.files and args.command != "ptxas":
+        p.error("only ptxas takes files")
+    if args.command == "ptxas":  # registers and local memory (stack frame, spills) of each kernel
+        rows = ptxas_report(Config(), args.files)
+        local = [r for r in rows if r["stack"] or r["spill_stores"] or r["spill_loads"]]
+        for r in rows if args.all else local:
+            print(f"{r['registers']:4d} regs  stack {r['stack']:4d}  spill {r['spill_stores']}/{r['spill_loads']}  "
+                  f"{r['file']}  {r['kernel'][:160]}")
+        print(f"{len(rows)} kernels, {len(local)} with local memory")
+        return 0
     if args.command == "watch":
         with contextlib.suppress(KeyboardInterrupt):
             watch(args.run)

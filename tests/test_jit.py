@@ -364,3 +364,25 @@ def test_cuda_kernel_reload(tmp_path):
         print("OK")
     """, MYOPS_NO_CUDA_KERNELS="0")
     assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.skipif(not jit.with_cuda(), reason="needs a CUDA toolkit and a CUDA build of torch")
+def test_ptxas_report_finds_local_memory(tmp_path, monkeypatch):
+    """`python -m torch_ops_jit ptxas` reports each kernel's registers and local memory: a stack frame without
+    spills (an array indexed at run time) counts, not only spills."""
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    src = tmp_path / "local.cu"
+    src.write_text(textwrap.dedent("""
+        __global__ void indexed(float* o, const int* idx) {
+          float a[64];
+        #pragma unroll
+          for (int i = 0; i < 64; ++i) a[i] = o[i * 256 + threadIdx.x];
+          a[idx[threadIdx.x] & 63] += 1.f;
+          o[threadIdx.x] = a[idx[threadIdx.x + 1] & 63];
+        }
+        __global__ void plain(float* o) { o[threadIdx.x] *= 2.f; }
+    """))
+    rows = {("indexed" if "indexed" in r["kernel"] else "plain"): r for r in jit.ptxas_report(jit.Config(), [str(src)])}
+    assert set(rows) == {"indexed", "plain"}, rows
+    assert rows["indexed"]["stack"] >= 256 and rows["indexed"]["spill_stores"] == 0, rows["indexed"]
+    assert rows["plain"]["stack"] == 0 and rows["plain"]["registers"] > 0, rows["plain"]
