@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -33,6 +38,22 @@ EAGER_FACTOR = 2.0
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 LAYOUTS = ["contiguous", "transposed", "row_strided", "col_strided", "permuted"]
+
+
+def run_in_process(code: str, inputs: object, env: dict[str, str], timeout: float = 900) -> object:
+    """Runs `code` in a fresh Python process from the checkout with `env` added to the environment (the kernels'
+    knobs are read once per process), torch and ops imported and `inputs` (anything torch.save takes) loaded as
+    INPUTS; returns what the code leaves in OUTPUT."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    prog = ("import sys, torch, ops\nINPUTS = torch.load(sys.argv[1])\n" + textwrap.dedent(code) +
+            "\ntorch.save(OUTPUT, sys.argv[2])\n")
+    with tempfile.TemporaryDirectory() as d:
+        src, dst = os.path.join(d, "in.pt"), os.path.join(d, "out.pt")
+        torch.save(inputs, src)
+        r = subprocess.run([sys.executable, "-c", prog, src, dst], cwd=root, env=dict(os.environ, **env),
+                           capture_output=True, text=True, timeout=timeout)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return torch.load(dst)
 
 
 def poison_allocator(device: str, nbytes: int = 1 << 24) -> None:

@@ -3,9 +3,6 @@ these."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -15,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
-                    make_tensor, raises, shapes)
+                    make_tensor, raises, run_in_process, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, WARP_ROWS, check_non_finite,
                     non_finite_cases, non_finite_rows, padded_rows, run_case)
 
@@ -66,20 +63,14 @@ def test_warp_rows(sm, dtype, shape, padded):
 
 
 @pytest.mark.cuda
-def test_staged_rows(sm, tmp_path):
+def test_staged_rows(sm):
     """The tuning path that copies each CTA's next row into shared memory (MYOPS_ROW_STAGE=2, read once per process:
     run in a subprocess) on rows split over a cluster and rows that share a CTA: its copies once died of an illegal
     instruction (ptxas put their L2 policy descriptor in an odd uniform register)."""
     xs = [make_tensor(shape, dtype, "cpu", seed=shape[-1]) * 8
           for shape in [(3, 65536), (40, 12288), (6, 1024)] for dtype in (torch.float32, torch.bfloat16)]
-    torch.save(xs, tmp_path / "x.pt")
-    code = (f"import torch, ops\nxs = torch.load({str(tmp_path / 'x.pt')!r})\n"
-            f"torch.save([ops.{sm.fn.__name__}(x.cuda(), -1).cpu() for x in xs], {str(tmp_path / 'y.pt')!r})\n")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_ROW_STAGE="2"),
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    for x, y in zip(xs, torch.load(tmp_path / "y.pt")):
+    code = f"OUTPUT = [ops.{sm.fn.__name__}(x.cuda(), -1).cpu() for x in INPUTS]"
+    for x, y in zip(xs, run_in_process(code, xs, {"MYOPS_ROW_STAGE": "2"})):
         check_close(y, sm.torch_fn(x.double(), -1), x.dtype)
 
 

@@ -1,7 +1,3 @@
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -10,7 +6,7 @@ from hypothesis import strategies as st
 
 import ops
 from common import (DEVICES, DTYPES, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
-                    make_tensor, no_vmap_fallback, raises)
+                    make_tensor, no_vmap_fallback, raises, run_in_process)
 from rowops import check_graph_replay, run_case
 
 OP = torch.ops.myops.cross_entropy.default
@@ -294,7 +290,7 @@ def test_many_rows_strided_target(device, C):
 
 
 @pytest.mark.cuda
-def test_check_modes(tmp_path):
+def test_check_modes():
     """MYOPS_CE_CHECK_OVERLAP=0 (read once per process: a subprocess) against the default 1: the no-grad forward's
     target check ahead of its row kernel with an event wait, against the row kernel overlapping the check while the
     host polls the check's slots. Losses bitwise alike (the same kernels), over one check CTA and several (M = 3000:
@@ -306,10 +302,9 @@ def test_check_modes(tmp_path):
             x = make_tensor(shape, dtype, "cuda", seed=shape[1]) * 4
             t = targets(shape[0], shape[1], "cuda", shape[0], ignore_frac=0.1)
             cases.append((x.cpu(), t.cpu(), [ops.cross_entropy(x, t, reduction=r).cpu() for r in ("none", "mean")]))
-    torch.save(cases, tmp_path / "in.pt")
-    code = f"""import torch, ops
+    code = """
 out = []
-for x, t, _ in torch.load({str(tmp_path / "in.pt")!r}):
+for x, t in INPUTS:
     x, t = x.cuda(), t.cuda()
     out.append([ops.cross_entropy(x, t, reduction=r).cpu() for r in ("none", "mean")])
 x = torch.randn(3000, 1000, device="cuda")
@@ -323,13 +318,10 @@ for b in (bad, t):
         errors.append("")
     except RuntimeError as e:
         errors.append(str(e))
-torch.save((out, errors), {str(tmp_path / "out.pt")!r})
+OUTPUT = (out, errors)
 """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_CHECK_OVERLAP="0"),
-                       capture_output=True, text=True, timeout=300)  # (a hung wait must not hold the GPU call)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out, errors = torch.load(tmp_path / "out.pt")
+    # (a hung wait must not hold the GPU call)
+    out, errors = run_in_process(code, [(x, t) for x, t, _ in cases], {"MYOPS_CE_CHECK_OVERLAP": "0"}, timeout=300)
     for (x, t, ref), got in zip(cases, out):
         for a, b in zip(got, ref):
             assert torch.equal(a, b), (tuple(x.shape), x.dtype)
@@ -436,7 +428,7 @@ def test_graph_replay(dtype):
                          ids=["cluster2", "cluster8", "bulk", "warp", "tpr64", "tpr128", "fold", "fold32", "fold64",
                               "fold128", "fold8", "fold16", "fold4", "fold2", "bwd_flat", "bwd_rows", "f32fold",
                               "f32fold16", "f32fold32", "f32warp"])
-def test_forward_variants(env, tmp_path):
+def test_forward_variants(env):
     """The GPU forward's variants on every row (knobs read once per process: run in a subprocess). MYOPS_CE_CLUSTER:
     the streaming kernel with each row split over a cluster (by default only long rows whose waves would leave the
     last one part-filled); MYOPS_CE_BULK=2: the bulk-copy kernel for every row up to 64 KB (by default rows of 32-64
@@ -464,21 +456,15 @@ def test_forward_variants(env, tmp_path):
                 cases.append((x, t, g, smoothing))
     for dtype in (torch.float32, torch.bfloat16):
         cases.append((*extreme_logits(dtype, 4096), 0.0))
-    torch.save(cases, tmp_path / "in.pt")
-    code = f"""import torch, ops
-out = []
-for x, t, g, smoothing in torch.load({str(tmp_path / "in.pt")!r}):
+    code = """
+OUTPUT = []
+for x, t, g, smoothing in INPUTS:
     x = x.cuda().requires_grad_()
     loss = ops.cross_entropy(x, t.cuda(), -100, smoothing, "none")
     (dx,) = torch.autograd.grad(loss, x, g.cuda())
-    out.append((loss.detach().cpu(), dx.cpu()))
-torch.save(out, {str(tmp_path / "out.pt")!r})
+    OUTPUT.append((loss.detach().cpu(), dx.cpu()))
 """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, **env),
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    for (x, t, g, smoothing), (loss, dx) in zip(cases, torch.load(tmp_path / "out.pt")):
+    for (x, t, g, smoothing), (loss, dx) in zip(cases, run_in_process(code, cases, env)):
         x64 = x.double().requires_grad_()
         ref = F.cross_entropy(x64, t, ignore_index=-100, label_smoothing=smoothing, reduction="none")
         (dref,) = torch.autograd.grad(ref, x64, g.double())
@@ -489,7 +475,7 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
 @pytest.mark.cuda
 @pytest.mark.parametrize("env", [{}, {"MYOPS_CE_PACKED_BWD": "2"}, {"MYOPS_CE_MIS_XB": "1"},
                                  {"MYOPS_CE_MISALIGNED": "0"}], ids=["fold", "packed_seg", "fold_xb", "engine"])
-def test_misaligned_rows(env, tmp_path):
+def test_misaligned_rows(env):
     """Rows that do not start on a 16-byte boundary or do not hold whole 16-byte vectors, under MYOPS_CE_MISALIGNED
     (read once per process: a subprocess) = 1 (the default): the fold forward (16-bit, fp32), and the backward over
     the packed buffer's vectors (short rows: a vector may span two rows; MYOPS_CE_PACKED_BWD=2 its SEG form) or row
@@ -518,22 +504,16 @@ def test_misaligned_rows(env, tmp_path):
         t = t.clamp(max=4095)
         t[7] = 2  # (row 7's one finite logit, column 3, is column 2 one column in)
         cases.append((x, "offset", 4096, t, g, 0.0))
-    torch.save(cases, tmp_path / "in.pt")
-    code = f"""import torch, ops
-out = []
-for big, layout, C, t, g, smoothing in torch.load({str(tmp_path / "in.pt")!r}):
+    code = """
+OUTPUT = []
+for big, layout, C, t, g, smoothing in INPUTS:
     big = big.cuda()
     x = (big[:, 1:] if layout == "offset" else big[:, :C]).detach().requires_grad_()
     loss = ops.cross_entropy(x, t.cuda(), -100, smoothing, "none")
     (dx,) = torch.autograd.grad(loss, x, g.cuda())
-    out.append((loss.detach().cpu(), dx.cpu()))
-torch.save(out, {str(tmp_path / "out.pt")!r})
+    OUTPUT.append((loss.detach().cpu(), dx.cpu()))
 """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, **env),
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    for (big, layout, C, t, g, smoothing), (loss, dx) in zip(cases, torch.load(tmp_path / "out.pt")):
+    for (big, layout, C, t, g, smoothing), (loss, dx) in zip(cases, run_in_process(code, cases, env)):
         x = big[:, 1:] if layout == "offset" else big[:, :C]
         x64 = x.double().requires_grad_()
         ref = F.cross_entropy(x64, t, ignore_index=-100, label_smoothing=smoothing, reduction="none")
@@ -545,7 +525,7 @@ torch.save(out, {str(tmp_path / "out.pt")!r})
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("parts", ["1", "2"])
-def test_loss_parts(parts, tmp_path):
+def test_loss_parts(parts):
     """The GPU's "mean" / "sum" over many rows in parts (MYOPS_CE_PARTS, read once per process: run in a
     subprocess): 1 reduces M >= 65536 rows in parts of 4096, 2 every M > 1 in parts of 3 rows (a short last part
     included). Loss and gradient against float64 for ignored rows, a strided target, every row ignored (mean: NaN),
@@ -559,10 +539,9 @@ def test_loss_parts(parts, tmp_path):
                 t = targets(M, C, "cpu", M)
                 cases.append((x, t, reduction))
     cases.append((make_tensor((9, 16), torch.float32, "cpu", seed=9), torch.full((9,), -100), "mean"))
-    torch.save(cases, tmp_path / "in.pt")
-    code = f"""import torch, ops
-out = []
-for x, t, reduction in torch.load({str(tmp_path / "in.pt")!r}):
+    code = """
+OUTPUT = []
+for x, t, reduction in INPUTS:
     x = x.cuda().requires_grad_()
     t2 = torch.zeros(2 * t.numel(), dtype=t.dtype, device="cuda")
     t2[::2] = t.cuda()
@@ -570,14 +549,9 @@ for x, t, reduction in torch.load({str(tmp_path / "in.pt")!r}):
     loss = ops.cross_entropy(x, t, -100, 0.0, reduction)
     again = ops.cross_entropy(x.detach(), t, -100, 0.0, reduction)
     (dx,) = torch.autograd.grad(loss, x, torch.tensor(0.75, dtype=x.dtype, device="cuda"))
-    out.append((loss.detach().cpu(), again.cpu(), dx.cpu()))
-torch.save(out, {str(tmp_path / "out.pt")!r})
+    OUTPUT.append((loss.detach().cpu(), again.cpu(), dx.cpu()))
 """
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, env=dict(os.environ, MYOPS_CE_PARTS=parts),
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
-    for (x, t, reduction), (loss, again, dx) in zip(cases, torch.load(tmp_path / "out.pt")):
+    for (x, t, reduction), (loss, again, dx) in zip(cases, run_in_process(code, cases, {"MYOPS_CE_PARTS": parts})):
         what = f"{tuple(x.shape)} {x.dtype} {reduction}"
         x64 = x.double().requires_grad_()
         ref = F.cross_entropy(x64, t, ignore_index=-100, reduction=reduction)

@@ -1,8 +1,3 @@
-import os
-import subprocess
-import sys
-import tempfile
-
 import pytest
 import torch
 from hypothesis import given
@@ -10,7 +5,7 @@ from hypothesis import strategies as st
 
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
-                    make_tensor, poison_allocator, raises, shapes, to64)
+                    make_tensor, poison_allocator, raises, run_in_process, shapes, to64)
 
 OP = torch.ops.myops.sum.default
 
@@ -72,6 +67,8 @@ def test_long_column_sum_of_a_slice(device, dtype, cols):
 # Row lengths of exactly one pass of the CUDA row kernel's loads (4 16-byte vectors for each of 32-256 threads), which
 # take its straight-line kernel (sum_full_rows_kernel), or at 256 threads (fp32 4096, 16-bit 8192, fp64 2048) the
 # same pass over 512 threads (sum_wide_rows_kernel).
+# (run_in_process: sum(dim=-1) of each input on the GPU)
+SUM_ROWS = "OUTPUT = [ops.sum(x.cuda(), -1).cpu() for x in INPUTS]"
 FULL_PASS = {torch.float32: [512, 1024, 2048, 4096], torch.bfloat16: [1024, 2048, 4096, 8192],
              torch.float16: [1024, 8192], torch.float64: [1024, 2048]}
 
@@ -93,19 +90,9 @@ def test_full_pass_rows(device, dtype, sliced):
         check_close(out, x64.sum(-1), dtype, scale=x64.abs().sum(-1), what=f"K = {x.shape[1]}")
     if device != "cuda":
         return
-    code = """import sys, torch, ops
-xs = torch.load(sys.argv[1])
-torch.save([ops.sum(x.cuda(), -1).cpu() for x in xs], sys.argv[2])
-"""
-    with tempfile.TemporaryDirectory() as d:
-        torch.save([x.cpu() for x in xs], os.path.join(d, "in.pt"))
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        r = subprocess.run([sys.executable, "-c", code, os.path.join(d, "in.pt"), os.path.join(d, "out.pt")],
-                           cwd=root, env=dict(os.environ, MYOPS_SUM_FULL="0"), capture_output=True, text=True,
-                           timeout=900)
-        assert r.returncode == 0, r.stderr[-3000:]
-        for x, out, ref in zip(xs, outs, torch.load(os.path.join(d, "out.pt"))):
-            assert torch.equal(out.cpu(), ref), f"K = {x.shape[1]}: the straight-line / 512-thread kernel's bits differ"
+    refs = run_in_process(SUM_ROWS, [x.cpu() for x in xs], {"MYOPS_SUM_FULL": "0"})
+    for x, out, ref in zip(xs, outs, refs):
+        assert torch.equal(out.cpu(), ref), f"K = {x.shape[1]}: the straight-line / 512-thread kernel's bits differ"
 
 
 @pytest.mark.cuda
@@ -121,21 +108,10 @@ def test_short_rows(min_tpr):
             for m, sliced in ((37, False), (1000, False), (37, True)):
                 x = make_tensor((m, k + 5 if sliced else k), dtype, "cpu", seed=k + m)
                 xs.append(x[:, :k] if sliced else x)
-    code = """import sys, torch, ops
-xs = torch.load(sys.argv[1])
-torch.save([ops.sum(x.cuda(), -1).cpu() for x in xs], sys.argv[2])
-"""
-    with tempfile.TemporaryDirectory() as d:
-        torch.save(xs, os.path.join(d, "in.pt"))
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        r = subprocess.run([sys.executable, "-c", code, os.path.join(d, "in.pt"), os.path.join(d, "out.pt")],
-                           cwd=root, env=dict(os.environ, MYOPS_SUM_MIN_TPR=min_tpr), capture_output=True, text=True,
-                           timeout=900)
-        assert r.returncode == 0, r.stderr[-3000:]
-        for x, out in zip(xs, torch.load(os.path.join(d, "out.pt"))):
-            x64 = x.double()
-            check_close(out, x64.sum(-1), x.dtype, scale=x64.abs().sum(-1),
-                        what=f"{tuple(x.shape)} stride {x.stride()} {x.dtype}")
+    for x, out in zip(xs, run_in_process(SUM_ROWS, xs, {"MYOPS_SUM_MIN_TPR": min_tpr})):
+        x64 = x.double()
+        check_close(out, x64.sum(-1), x.dtype, scale=x64.abs().sum(-1),
+                    what=f"{tuple(x.shape)} stride {x.stride()} {x.dtype}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -1437,27 +1437,34 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
   if (M <= 0 || C <= 0) return MYOPS_OK;
   return dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
+    using A = acc_t<T>;
     constexpr int es = sizeof(T);
+    const auto st = static_cast<cudaStream_t>(stream);
+    const auto sp = static_cast<const A*>(stats);  // [M, 2]
+    const auto gp = static_cast<const A*>(grad);   // [M] (g_stride)
     if constexpr (es != 8) {  // fp64 takes the rows.cuh engine
       constexpr int64_t VEC = 16 / es;
+      const auto dxp = static_cast<T*>(dx.ptr);      // [M, C]
+      const auto xp = static_cast<const T*>(x.ptr);  // [M, C]
+      const bool last = rr::l2_last(M * C * es);
       const int64_t chunks = ceil_div(C, kBwdFlatVecs * VEC);
+      // (rr_bwd_kernel<T, MIS>: a CTA a row's chunk of kBwdFlatVecs vectors)
+      const auto row_chunks = [&](auto kernel) {
+        kernel<<<(unsigned)(M * chunks), kBwdThreads, 0, st>>>(dxp, dx.row_stride, xp, x.row_stride, target, t_stride,
+                                                               sp, gp, g_stride, (int)C, ignore_index, (A)smoothing,
+                                                               (int)chunks, last);
+        return launch_status();
+      };
       if (C % VEC == 0 && M * chunks < (1LL << 31) && rr::operand_ok(x.ptr, x.row_stride, x.col_stride, M, C, es) &&
           rr::operand_ok(dx.ptr, dx.row_stride, dx.col_stride, M, C, es)) {
-        const auto st = static_cast<cudaStream_t>(stream);
-        const auto sp = static_cast<const acc_t<T>*>(stats);
-        const auto gp = static_cast<const acc_t<T>*>(grad);
-        const bool last = rr::l2_last(M * C * es);
         if (const int64_t ctas = ceil_div(M * (C / VEC), kBwdFlatVecs);
             ce_bwd_flat(C / VEC, es) && ctas < (1LL << 31)) {
-          flat_bwd_kernel<T><<<(unsigned)ctas, kBwdThreads, 0, st>>>(
-              static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, sp,
-              gp, g_stride, M, (int)C, ignore_index, (acc_t<T>)smoothing, last);
-        } else {
-          rr_bwd_kernel<T><<<(unsigned)(M * chunks), kBwdThreads, 0, st>>>(
-              static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride, sp,
-              gp, g_stride, (int)C, ignore_index, (acc_t<T>)smoothing, (int)chunks, last);
+          flat_bwd_kernel<T><<<(unsigned)ctas, kBwdThreads, 0, st>>>(dxp, dx.row_stride, xp, x.row_stride, target,
+                                                                     t_stride, sp, gp, g_stride, M, (int)C,
+                                                                     ignore_index, (A)smoothing, last);
+          return launch_status();
         }
-        return launch_status();
+        return row_chunks(rr_bwd_kernel<T>);
       }
       // Misaligned rows (ce_misaligned), dx's rows as far from a 16-byte boundary as x's (dx as the op allocates it,
       // for contiguous logits): packed and as short as ce_bwd_flat's rows, packed_bwd_kernel; of kBwdThreads vectors
@@ -1469,22 +1476,15 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
           packed && mis && C >= VEC && C < (1LL << 31) - 16 && ce_bwd_flat(C / VEC, es) &&
           (M == 1 || (x.row_stride == C && dx.row_stride == C)) && ceil_div(M * C / VEC, kBwdFlatVecs) < (1LL << 31)) {
         const auto go = [&](auto kernel) {
-          kernel<<<(unsigned)ceil_div(M * C / VEC, kBwdFlatVecs), kBwdThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-              static_cast<T*>(dx.ptr), static_cast<const T*>(x.ptr), target, t_stride,
-              static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, M, (int)C,
-              ignore_index, (acc_t<T>)smoothing, rr::l2_last(M * C * es));
+          kernel<<<(unsigned)ceil_div(M * C / VEC, kBwdFlatVecs), kBwdThreads, 0, st>>>(
+              dxp, xp, target, t_stride, sp, gp, g_stride, M, (int)C, ignore_index, (A)smoothing, last);
           return launch_status();
         };
         return packed == 2 ? go(packed_bwd_kernel<T, true>) : go(packed_bwd_kernel<T, false>);
       }
       if (mis && C / VEC >= kBwdThreads && M * chunks < (1LL << 31) &&
-          (M <= 1 || (x.row_stride - dx.row_stride) * es % 16 == 0)) {
-        rr_bwd_kernel<T, true><<<(unsigned)(M * chunks), kBwdThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-            static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(x.ptr), x.row_stride, target, t_stride,
-            static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, (int)C, ignore_index,
-            (acc_t<T>)smoothing, (int)chunks, rr::l2_last(M * C * es));
-        return launch_status();
-      }
+          (M <= 1 || (x.row_stride - dx.row_stride) * es % 16 == 0))
+        return row_chunks(rr_bwd_kernel<T, true>);
     }
     Plan p = make_plan(M, C, es, 1, 0, 0, false);
     auto kernel = ce_bwd_kernel<T>;
@@ -1492,9 +1492,7 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
     if (rc) return rc;
     const int mask = vec_ok(x.ptr, x.row_stride, x.col_stride, M, C, es) |
                      vec_ok(dx.ptr, dx.row_stride, dx.col_stride, M, C, es) << 3;
-    return launch(p, kernel, static_cast<cudaStream_t>(stream), dx, x, target, t_stride,
-                  static_cast<const acc_t<T>*>(stats), static_cast<const acc_t<T>*>(grad), g_stride, M, C,
-                  ignore_index, (acc_t<T>)smoothing, mask, p);
+    return launch(p, kernel, st, dx, x, target, t_stride, sp, gp, g_stride, M, C, ignore_index, (A)smoothing, mask, p);
   });
 }
 
