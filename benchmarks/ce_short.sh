@@ -8,14 +8,14 @@
 # - fp32 short rows on a warp per row (MYOPS_CE_FOLD32=0) against the fold kernel (=1, the default; =2 at 4, 8 and
 #   16 threads a row);
 # - misaligned rows (odd C) on the rows.cuh engine (MYOPS_CE_MISALIGNED=0) against the fold forward and the packed
-#   or row-chunk backward (=1, the default), bf16 and fp32; the packed backward's two forms (MYOPS_CE_PACKED_BWD=1,
-#   the default, and 2); short misaligned rows' forward with each thread's head and tail columns loaded one by one
-#   (MYOPS_CE_MIS_XB=0, the default) or at once (=1);
-# - bf16 short rows' forward on the fold kernel at 4 threads a row (their default) and 2 (MYOPS_CE_FOLD_TPR);
+#   or row-chunk backward (=1, the default), bf16 and fp32; the packed backward's two forms (MYOPS_CE_PACKED_BWD=3,
+#   per element, and 2, SEG) beside the default's choice (1);
+# - bf16 short rows' forward on the fold kernel at 4 threads a row and 2 (MYOPS_CE_FOLD_TPR; the default: 2 up to
+#   128 bytes);
 # - the defaults against eager PyTorch and torch.compile on four shapes.
 # Usage (device tool, from the checkout): bash benchmarks/ce_short.sh; SHAPES="131072,512 65536,2048" replaces the
-# bf16 list, F32_SHAPES the fp32 one, PARTS_SHAPES, FOLD32_SHAPES, MIS_SHAPES, TPR2_SHAPES, XB_SHAPES and
-# PACKED_SHAPES the others (empty: none); TESTS=0 skips the tests, COMPARE=0 the comparison.
+# bf16 list, F32_SHAPES the fp32 one, PARTS_SHAPES, FOLD32_SHAPES, MIS_SHAPES, TPR2_SHAPES and PACKED_SHAPES the
+# others (empty: none); TESTS=0 skips the tests, COMPARE=0 the comparison.
 set -uo pipefail
 source "$(dirname "$0")/device_build.sh"
 if [ "${TESTS:-1}" = 1 ]; then
@@ -48,11 +48,8 @@ done
 for s in ${TPR2_SHAPES-1048576,128 1048576,64 524288,256}; do  # 16-bit short rows: the fold at 4 threads a row or 2
   for t in 4 2; do run "fold_tpr$t" "$s" bf16 myops MYOPS_CE_FOLD_TPR=$t; done
 done
-for s in ${XB_SHAPES-262144,127 524288,63 65536,1001}; do  # short misaligned rows' forward: extras in turn, at once
-  for x in 0 1; do run "xb$x" "$s" bf16,fp32 myops MYOPS_CE_MIS_XB=$x; done
-done
 for s in ${PACKED_SHAPES-65536,1001 131072,2001 262144,127}; do  # short misaligned rows' backward: its two forms
-  for p in 1 2; do run "packed$p" "$s" bf16,fp32 myops MYOPS_CE_PACKED_BWD=$p; done
+  for p in 3 2 1; do run "packed$p" "$s" bf16,fp32 myops MYOPS_CE_PACKED_BWD=$p; done
 done
 if [ "${COMPARE:-1}" = 1 ]; then
   for s in 1048576,128 131072,512 262144,1000 65536,2048; do run default "$s" bf16 myops,eager,compile; done

@@ -473,14 +473,14 @@ for x, t, g, smoothing in INPUTS:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("env", [{}, {"MYOPS_CE_PACKED_BWD": "2"}, {"MYOPS_CE_MIS_XB": "1"},
-                                 {"MYOPS_CE_MISALIGNED": "0"}], ids=["fold", "packed_seg", "fold_xb", "engine"])
+@pytest.mark.parametrize("env", [{}, {"MYOPS_CE_PACKED_BWD": "2"}, {"MYOPS_CE_PACKED_BWD": "3"},
+                                 {"MYOPS_CE_MISALIGNED": "0"}], ids=["fold", "packed_seg", "packed_elem", "engine"])
 def test_misaligned_rows(env):
     """Rows that do not start on a 16-byte boundary or do not hold whole 16-byte vectors, under MYOPS_CE_MISALIGNED
     (read once per process: a subprocess) = 1 (the default): the fold forward (16-bit, fp32), and the backward over
-    the packed buffer's vectors (short rows: a vector may span two rows; MYOPS_CE_PACKED_BWD=2 its SEG form) or row
-    chunks with each row's head and tail one element a thread (MYOPS_CE_MIS_XB=1: the forward's at 4 and 8 threads a
-    row loaded at once); = 0: the rows.cuh engine. Odd C (every row at another
+    the packed buffer's vectors (short rows: a vector may span two rows; by default the SEG form for 16-bit rows of
+    512 bytes or more, MYOPS_CE_PACKED_BWD=2 for every row, =3 the per-element form for every row) or row chunks
+    with each row's head and tail one element a thread; = 0: the rows.cuh engine. Odd C (every row at another
     offset; GPT-2's 50257; 13, under two bf16 vectors; 300 rows of 1001: several CTAs of the packed backward), logits
     one column into a wider tensor (a misaligned pointer, x and dx at different offsets: the backward's engine), a row
     stride of C + 3 (one such row: packed all the same), rows shorter than a vector, a warp's last rows past the end

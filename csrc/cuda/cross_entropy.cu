@@ -443,10 +443,7 @@ __device__ __forceinline__ float fold_row(float v, float* sh) {
 // columns each, are folded one element a thread before its vectors. At eight CTAs an SM (32 registers) the MIS
 // kernels spilled 8-48 bytes (ptxas, the smoothed ones), so they take six (40 registers, no spills), as do the fp32
 // smoothed ones (8 bytes at 4-16 threads a row).
-// XB (MYOPS_CE_MIS_XB=1, 4 and 8 threads a row, not yet GPU-run): a thread's head and tail columns loaded at once, then
-// folded, where the loop over them waited out a load each (up to 4 round trips a row at 4 threads a row before the
-// vectors' loads issue: bf16 [262144, 127] forward 51.7% of copy, session 53). Same folds, same bits.
-template <class T, bool SMOOTH, int TPR, bool MIS = false, bool XB = false>
+template <class T, bool SMOOTH, int TPR, bool MIS = false>
 __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOOTH) ? 6 : 8)
     fold_fwd_kernel(float* __restrict__ loss,             // [M]
                     float* __restrict__ stats,            // [M, 2]
@@ -490,17 +487,7 @@ __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOO
       }
       if (SMOOTH) sx += a;
     };
-    if constexpr (XB) {  // (a thread's extras, under 2 VEC: all loads first, then the same folds in the same order)
-      constexpr int kX = (2 * VEC - 2 + TPR - 1) / TPR;
-      float a[kX];
-#pragma unroll
-      for (int i = 0; i < kX; ++i) a[i] = t + i * TPR < nx ? extra(t + i * TPR, h, nv) : 0.f;
-#pragma unroll
-      for (int i = 0; i < kX; ++i)
-        if (t + i * TPR < nx) fold_extra(a[i]);
-    } else {
-      for (int k = t; k < nx; k += TPR) fold_extra(extra(k, h, nv));
-    }
+    for (int k = t; k < nx; k += TPR) fold_extra(extra(k, h, nv));
   }
   const int h = head();
   const uint4* __restrict__ row = reinterpret_cast<const uint4*>(x + row_of() * xs + h);  // [nv]
@@ -585,10 +572,10 @@ __global__ void __launch_bounds__(kStreamThreads, MIS || (sizeof(T) == 4 && SMOO
 }
 // MYOPS_CE_FOLD: whether 16-bit rows take fold_fwd_kernel: 1 (default) rows of up to kFoldMaxBytes on devices of over
 // 30 GB/s of DRAM bandwidth per SM (dram_rich_sms: the H200; not timed on the H100), 0 never, 2 always (A/B, tests).
-// Its threads a row by the row's bytes: 4 up to 1 KB, 8 under 8 KB, 128 under 16 KB, else a CTA; MYOPS_CE_FOLD_TPR (2
-// to 256, a power of 2; 2 for aligned 16-bit rows alone) fixes them. H200, bf16 forward, unchecked / label_smoothing
-// 0.1, % of copy, the former policy (a warp per row) against the fold at 32 / 64 / 128 / 256 threads a row
-// (session 50):
+// Its threads a row by the row's bytes: 2 up to 128 bytes (aligned rows), 4 up to 1 KB, 8 under 8 KB, 128 under
+// 16 KB, else a CTA; MYOPS_CE_FOLD_TPR (2 to 256, a power of 2; 2 for aligned 16-bit rows alone) fixes them. H200,
+// bf16 forward, unchecked / label_smoothing 0.1, % of copy, the former policy (a warp per row) against the fold at
+// 32 / 64 / 128 / 256 threads a row (session 50):
 //   [65536, 2048]   73.5 / 70.2 -> 82.0 / 78.0, 80.6 / 76.3, 55.5 / 47.8, 32.5 / 28.1
 //   [16384, 4096]   74.1 / 72.8 -> 79.2 / 74.9, 79.8 / 75.3, 81.0 / 77.5, 59.4 / 52.0
 //   [8192, 8192]    78.6 / 77.7 -> 82.0 / 77.5, 79.6 / 74.8, 82.1 / 77.4, 83.4 / 83.5
@@ -619,9 +606,10 @@ int with_pow2(int p, F&& f) {
     return p == Lo ? f(std::integral_constant<int, Lo>{}) : with_pow2<Lo * 2, Hi>(p, f);
 }
 // MYOPS_CE_FOLD_TPR: the fold kernel's threads a row, fixed (2 to 256, a power of 2; under 4 for aligned 16-bit rows
-// alone, the others taking 4), or 0. Read once. (2: not yet GPU-run; for 16-bit rows of 64 to 128 columns, where 4
-// threads a row hold one round of loads each: bf16 [1048576, 128] forward 81.6% of copy, fp32 rows of twice the bytes
-// on 4 threads 89.9, session 53.)
+// alone, the others taking 4), or 0. Read once. H200, bf16, unchecked, forward / forward+backward, % of copy, 4 -> 2
+// threads a row (session 54): [1048576, 64] 51.3 / 69.7 -> 65.2 / 77.5; [1048576, 128] 81.3 / 86.9 -> 75.6 / 84.6;
+// [524288, 256] 83.6 / 88.3 -> 69.9 / 82.9. (A row of 128 bytes, 8 vectors, fills one round of U = 4 loads at 2
+// threads a row, half of one at 4: twice the rows a warp share the fixed tail, the reductions and the target's loads.)
 inline int ce_fold_tpr_knob() {
   static const int fixed =
       rr::env_knob("MYOPS_CE_FOLD_TPR", 0, [](int t) { return t == 0 || (t >= 2 && t <= 256 && (t & (t - 1)) == 0); });
@@ -633,6 +621,7 @@ inline int ce_fold(int64_t row_bytes, bool misaligned = false) {
   const int fixed = ce_fold_tpr_knob();
   if ((mode == 0 && !misaligned) || (mode != 2 && !(dram_rich_sms() && row_bytes <= kFoldMaxBytes))) return 0;
   if (fixed) return misaligned ? std::max(fixed, 4) : fixed;
+  if (row_bytes <= 128 && !misaligned) return 2;
   return row_bytes <= 1024 ? 4 : row_bytes < 8 * 1024 ? 8 : row_bytes < 16 * 1024 ? 128 : kStreamThreads;
 }
 
@@ -667,19 +656,20 @@ inline bool ce_misaligned() {
   return mode == 1;
 }
 
-// MYOPS_CE_MIS_XB: 1 misaligned rows on fold_fwd_kernel at 4 or 8 threads a row take its XB form (A/B until timed),
-// 0 (default) not. Read once.
-inline bool ce_mis_xb() {
-  static const int mode = rr::env_knob("MYOPS_CE_MIS_XB", 0, [](int m) { return m == 0 || m == 1; });
-  return mode == 1;
-}
-
-// MYOPS_CE_PACKED_BWD: packed_bwd_kernel for ce_misaligned's short packed rows, 1 (default) its per-element form, 2
-// its SEG form (A/B until timed), 0 never (the engine's backward, or rr_bwd_kernel's from kBwdThreads vectors). Read
-// once.
-inline int ce_packed_bwd() {
-  static const int mode = rr::env_knob("MYOPS_CE_PACKED_BWD", 1, [](int m) { return m >= 0 && m <= 2; });
-  return mode;
+// MYOPS_CE_PACKED_BWD: packed_bwd_kernel for ce_misaligned's short packed rows, 1 (default) its SEG form for 16-bit
+// rows of kPackedSegMinBytes or more and its per-element form for the rest, 2 SEG always, 3 per-element always, 0
+// never (the engine's backward, or rr_bwd_kernel's from kBwdThreads vectors). Read once. H200, unchecked,
+// forward+backward, % of copy, per-element -> SEG (session 54): bf16 [262144, 127] 48.8 -> 44.3, [131072, 511]
+// 55.1 -> 57.7, [98304, 767] 56.3 -> 65.1, [65536, 1001] 55.0 -> 62.1, [131072, 2001] 61.1 -> 74.9; fp32
+// [262144, 127] 66.4 -> 54.1, [65536, 1001] 73.4 -> 70.9, [131072, 2001] 79.1 -> 79.3. (SEG pays twice, both paths,
+// for a warp that holds a row's end; rows of a few warps' vectors put one in most warps.) The bound, between the
+// 254 bytes measured behind and the 1022 ahead, is not measured closer.
+constexpr int64_t kPackedSegMinBytes = 512;
+// 1: the per-element form, 2: SEG, 0: none (the caller's other kernels), for rows of row_bytes bytes of es each.
+inline int ce_packed_bwd(int64_t row_bytes, int64_t es) {
+  static const int mode = rr::env_knob("MYOPS_CE_PACKED_BWD", 1, [](int m) { return m >= 0 && m <= 3; });
+  if (mode != 1) return mode == 3 ? 1 : mode;
+  return es == 2 && row_bytes >= kPackedSegMinBytes ? 2 : 1;
 }
 
 // MYOPS_CE_BULK: 1 (default) rows of kBulkMinBytes to kBulkMaxBytes take bulk_fwd_kernel (but fp32 rows on the
@@ -908,8 +898,8 @@ __global__ void __launch_bounds__(kBwdThreads, 4)
 // -> 73.3; [131072, 2001] bf16 61.0, fp32 79.0 (its backward alone near 53% of copy in bf16). Its first form, which
 // indexed the two rows' data by a computed index, put them in local memory (160 bytes a thread): bf16
 // [65536, 1001] 48.9.
-// SEG (MYOPS_CE_PACKED_BWD=2, not yet GPU-run): a vector within one row (for C = 1001 in bf16, 124 of 125) takes
-// flat_bwd_kernel's code, and one across two rows decodes them once (the first row's elements, each row's target
+// SEG (16-bit rows of 512 bytes or more, ce_packed_bwd): a vector within one row (for C = 1001 in bf16, 124 of 125)
+// takes flat_bwd_kernel's code, and one across two rows decodes them once (the first row's elements, each row's target
 // element in the vector) and selects per element, where the default form takes bwd_vec on each element alone, with
 // its 64-bit target compares and selects (bf16 16-byte vectors there run the backward at about half of copy: issue-
 // bound, by a count of 12-15 instructions an element against the copy's time); the next row's data read only by the
@@ -1345,10 +1335,6 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
                                  static_cast<A*>(rows), static_cast<A*>(stats), static_cast<const T*>(x.ptr),
                                  x.row_stride, target, t_stride, M, (int)C, ignore_index, (A)smoothing);
           };
-          if constexpr (MIS && F <= 8)
-            if (ce_mis_xb())
-              return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F, true, true>)
-                                      : go(fold_fwd_kernel<T, false, F, true, true>);
           return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F, MIS>) : go(fold_fwd_kernel<T, false, F, MIS>);
         };
         // (fp32: up to 32 threads a row, but misaligned rows, which have no other kernel but the engine's; 2 threads
@@ -1472,7 +1458,7 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
       const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
       const bool mis = ce_misaligned() && C < (1LL << 31) && x.col_stride == 1 && dx.col_stride == 1 &&
                        (addr(x.ptr) - addr(dx.ptr)) % 16 == 0;
-      if (const int packed = ce_packed_bwd();
+      if (const int packed = ce_packed_bwd(C * es, es);
           packed && mis && C >= VEC && C < (1LL << 31) - 16 && ce_bwd_flat(C / VEC, es) &&
           (M == 1 || (x.row_stride == C && dx.row_stride == C)) && ceil_div(M * C / VEC, kBwdFlatVecs) < (1LL << 31)) {
         const auto go = [&](auto kernel) {
