@@ -145,7 +145,11 @@ def test_long_rows_offset(dtype, offset, shape):
 
 
 # The one-row-per-CTA kernels' rows (rr::WideRow): fp32 of 4096 and 2048, 16-bit of 4096.
-WIDE_ROWS = [(torch.float32, 4096), (torch.float32, 2048), (torch.bfloat16, 4096), (torch.float16, 4096)]
+# (16-bit rows of 2560-12288: MYOPS_LN_WIDE=2's run-time widths, 4 vectors a thread where N is a multiple of 1024,
+# else 2)
+WIDE_ROWS = [(torch.float32, 4096), (torch.float32, 2048), (torch.bfloat16, 4096), (torch.float16, 4096),
+             (torch.bfloat16, 2560), (torch.float16, 3072), (torch.bfloat16, 5120), (torch.bfloat16, 7168),
+             (torch.float16, 12288)]
 
 
 @pytest.mark.cuda
@@ -163,6 +167,13 @@ def test_wide_rows(dtype, n, rows, layout, has_w, has_b):
     wrap = call(has_w, has_b)
     run_case(wrap(ops.layer_norm), wrap(eager), None, [x] + params,
              scale_fn=lambda *t: scale(*t, has_w=has_w, has_b=has_b))
+
+
+@pytest.mark.cuda
+def test_wide_rows_any_width():
+    """test_wide_rows under MYOPS_LN_WIDE=2 (read once: a subprocess), where 16-bit rows of other widths than 4096
+    take ln_wide16_kernel at a run-time width."""
+    run_tests_under(__file__, "wide_rows and not any_width", {"MYOPS_LN_WIDE": "2"})
 
 
 @pytest.mark.cuda

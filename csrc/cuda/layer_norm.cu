@@ -1174,8 +1174,14 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __r
 // CTA the two barriers stall every warp of a row at once, and a thread with more vectors in flight covers them. H100:
 // bf16 99.0 / 99.0 -> 99.8 / 99.7, fp16 99.1 / 99.3 -> 100.4 / 100.3 (compile bf16 86.6). MYOPS_LN_WIDE=0: the
 // register kernels (A/B).
+// TPR = 0: rows of other widths at a run-time width (rr::wide_threads), 4 vectors a thread where a whole number of
+// warps holds the row so, else 2 (2560: 160 x 2; 3072: 96 x 4, 5120: 160 x 4, 7168: 224 x 4, 12288: 384 x 4), where
+// the register kernel's geometry (rr_geo: toward 128 threads a row) leaves slots empty: bf16 [13107, 5120] on 96
+// threads of 8 vectors (640 vectors in 768 slots; a 40-88 byte stack frame) forward at 81.1% of copy, [26214, 2560]
+// on 96 x 4 at 76.4, [9362, 7168] on 128 x 8 at 83.0 (H200, session 54). MYOPS_LN_WIDE=2 takes it (A/B: not yet
+// GPU-run).
 template <class T, int TPR, int NV>
-__global__ void __launch_bounds__(TPR) ln_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+__global__ void __launch_bounds__(TPR > 0 ? TPR : rr::kWideMaxThreads) ln_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                                                         float* __restrict__ mean,             // [M]
                                                         float* __restrict__ rstd,             // [M]
                                                         const T* __restrict__ x, int64_t xs,  // [M, N]
@@ -1237,7 +1243,8 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
         });
     }
     if constexpr (es != 8) {  // the one-row-per-CTA kernels: fp32 rows of 4096 and 2048, 16-bit rows of 4096
-      static const bool wide = rr::env_knob("MYOPS_LN_WIDE", 1, [](int v) { return v == 0 || v == 1; });
+      // (1: the rows above; 2: 16-bit rows of other widths too, ln_wide16_kernel<T, 0, NV>; 0: none)
+      static const int wide = rr::env_knob("MYOPS_LN_WIDE", 1, [](int v) { return v >= 0 && v <= 2; });
       const auto go = [&](auto kernel, int tpr) {
         kernel<<<(unsigned)M, tpr, 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<T*>(y.ptr), y.row_stride, static_cast<float*>(mean), static_cast<float*>(rstd),
@@ -1251,6 +1258,10 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
           if (rr::WideRowF32<256>::fits(M, N)) return go(ln_wide_f32_kernel<256>, 256);
         } else {
           if (rr::WideRow<T, 128, 4>::fits(M, N)) return go(ln_wide16_kernel<T, 128, 4>, 128);
+          if (wide == 2) {
+            if (const int t = rr::wide_threads(M, N, es, 4)) return go(ln_wide16_kernel<T, 0, 4>, t);
+            if (const int t = rr::wide_threads(M, N, es, 2)) return go(ln_wide16_kernel<T, 0, 2>, t);
+          }
         }
       }
     }

@@ -1157,19 +1157,20 @@ struct WarpReduce {
 // A row that one CTA of TPR threads holds, NV 16-byte vectors a thread: vectors t + k TPR (each load instruction
 // reads TPR * 16 contiguous bytes), loaded under h at construction. The norms' one-row-per-CTA kernels: fp32 rows of
 // 2048 / 4096 (WideRowF32: NV = 2, ln_wide_f32_kernel, rms_wide_f32_kernel) and 16-bit rows of 4096 (ln_wide16_kernel,
-// rms_wide16_kernel).
+// rms_wide16_kernel). TPR = 0: the CTA's width at run time, blockDim.x threads (wide_threads: rows of other widths).
 template <class T, int TPR, int NV> struct WideRow {
   static constexpr int kVec = 16 / sizeof(T);
-  static constexpr int kN = NV * TPR * kVec;  // the row length
+  static constexpr int kN = NV * TPR * kVec;  // the row length (0: NV blockDim.x kVec)
   // Whether rows [M, N] fit these kernels: N == kN, a grid of M CTAs (one per row) within CUDA's x limit.
-  static bool fits(int64_t M, int64_t N) { return N == kN && M <= 0x7fffffff; }
+  static bool fits(int64_t M, int64_t N) { return TPR > 0 && N == kN && M <= 0x7fffffff; }
+  static __device__ __forceinline__ int tpr() { return TPR > 0 ? TPR : (int)blockDim.x; }
   Vec<T, kVec> v[NV];
   __device__ __forceinline__ WideRow(const T* x, int64_t xs, int64_t r, L2Hint h) {
 #pragma unroll
     for (int k = 0; k < NV; ++k) v[k] = load_vec<T, kVec>(x + r * xs + col(k), h);
   }
   // The first column of this thread's vector k.
-  static __device__ __forceinline__ int col(int k) { return kVec * ((int)threadIdx.x + k * TPR); }
+  static __device__ __forceinline__ int col(int k) { return kVec * ((int)threadIdx.x + k * tpr()); }
   // This thread's vector k in acc_t.
   __device__ __forceinline__ void get(int k, acc_t<T> (&a)[kVec]) const {
 #pragma unroll
@@ -1200,6 +1201,15 @@ template <class T, int TPR, int NV> struct WideRow {
   }
 };
 template <int TPR> using WideRowF32 = WideRow<float, TPR, 2>;
+// The threads of a WideRow<T, 0, nv> CTA for rows [M, N] of elem bytes: N / (nv VEC) where that is a whole number
+// of warps up to kWideMaxThreads, for rows of over 256 vectors (shorter ones are the warp-row kernels'; 16-bit: N of
+// 3072-16384 at 4 vectors a thread, 2560-8192 at 2), and M CTAs fit CUDA's grid; else 0.
+constexpr int kWideMaxThreads = 512;
+inline int wide_threads(int64_t M, int64_t N, int elem, int nv) {
+  const int64_t per = (int64_t)nv * (16 / elem), t = N / per;
+  if (M > 0x7fffffff || N % (per * 32) != 0 || N / (16 / elem) <= 256 || t > kWideMaxThreads) return 0;
+  return (int)t;
+}
 // A parameter vector's (weight, bias: [N] or null) 16 bytes at column c in acc_t, or dflt where p is null.
 template <class T> __device__ __forceinline__ void param_vec(const T* p, int c, acc_t<T> dflt,
                                                              acc_t<T> (&a)[16 / sizeof(T)]) {

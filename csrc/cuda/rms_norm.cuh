@@ -747,8 +747,12 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) rms_wide_f32_kernel(float* __
 // 97.3 / 97.3 -> 98.8 / 98.8, fp16 97.7 -> 98.8 (torch.compile bf16 88.2); 128 x 4 (42-56 registers) 98.0 / 97.7,
 // 512 x 1 (27-30) 80.8 / 80.7. H100: bf16 100.6 / 100.6 -> 101.8 / 102.0, fp16 100.6 / 100.7 -> 102.1 / 102.1
 // (compile bf16 99.3). MYOPS_RMS_WIDE=0: the register kernels (A/B).
+// TPR = 0: rows of other widths at a run-time width (rr::wide_threads), 2 vectors a thread where a whole number of
+// warps up to 512 threads holds the row so, else 4 (5120: 320 x 2, 7168: 448 x 2, 12288: 384 x 4), where the register
+// kernel's forward trails torch.compile's: bf16 [9362, 7168] 94.1% of copy against 98.1, [5461, 12288] 95.7 against
+// 97.0 (H200, session 54). MYOPS_RMS_WIDE=2 takes it (A/B: not yet GPU-run).
 template <class T, int TPR, int NV>
-__global__ void __launch_bounds__(TPR) rms_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+__global__ void __launch_bounds__(TPR > 0 ? TPR : rr::kWideMaxThreads) rms_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                                                          float* __restrict__ rstd,             // [M] or null
                                                          const T* __restrict__ x, int64_t xs,  // [M, N]
                                                          const T* __restrict__ w,              // [N] or null
@@ -792,7 +796,8 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
       }
     }
     if constexpr (!ADD && sizeof(T) != 8) {  // the one-row-per-CTA kernels: fp32 rows of 4096 / 2048, 16-bit of 4096
-      static const bool wide = rr::env_knob("MYOPS_RMS_WIDE", 1, [](int v) { return v == 0 || v == 1; });
+      // (1: the rows above; 2: 16-bit rows of other widths too, rms_wide16_kernel<T, 0, NV>; 0: none)
+      static const int wide = rr::env_knob("MYOPS_RMS_WIDE", 1, [](int v) { return v >= 0 && v <= 2; });
       const auto go = [&](auto kernel, int tpr) {
         kernel<<<(unsigned)M, tpr, 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<T*>(y.ptr), y.row_stride, static_cast<float*>(rstd), static_cast<const T*>(x.ptr),
@@ -805,6 +810,10 @@ int forward(myops_out_operand y, myops_out_operand s_out, void* rstd, myops_oper
           if (rr::WideRowF32<256>::fits(M, N)) return go(rms_wide_f32_kernel<256>, 256);
         } else {
           if (rr::WideRow<T, 256, 2>::fits(M, N)) return go(rms_wide16_kernel<T, 256, 2>, 256);
+          if (wide == 2) {
+            if (const int t = rr::wide_threads(M, N, es, 2)) return go(rms_wide16_kernel<T, 0, 2>, t);
+            if (const int t = rr::wide_threads(M, N, es, 4)) return go(rms_wide16_kernel<T, 0, 4>, t);
+          }
         }
       }
     }
