@@ -6,9 +6,13 @@
 # - layer_norm: the register kernel (the default off N = 4096) against the one-row-per-CTA kernel at a run-time width
 #   (MYOPS_LN_WIDE=2) and the register kernel aimed at 256 threads a row (MYOPS_ROW_THREADS=256);
 # - rms_norm: the same against MYOPS_RMS_WIDE=2;
+# - the norms' backward at these widths under its knobs: 256 threads a row (MYOPS_ROW_THREADS_BWD=256), layer_norm's
+#   16-bit register backward at one vector a thread (MYOPS_LN_BWD_NS=1), the long-row backward from 8192 elements
+#   (MYOPS_ROW_LONG_BWD=8192: by default rows over 16384);
 # - the defaults of layer_norm, rms_norm and add_rms_norm against torch.compile (COMPARE=0 skips it).
-# Usage (device tool, from the checkout): bash benchmarks/widths.sh; WIDTHS / RMS_WIDTHS / COMPARE_WIDTHS replace the
-# lists, DTYPES the dtypes; TESTS=0 skips the tests.
+# Usage (device tool, from the checkout): bash benchmarks/widths.sh; WIDTHS / RMS_WIDTHS / BWD_WIDTHS /
+# COMPARE_WIDTHS replace the lists (empty: none), DTYPES the dtypes; TESTS=0 skips the tests. All of it takes about
+# 10 minutes: split it over two calls, e.g. BWD_WIDTHS= COMPARE=0, then TESTS=0 WIDTHS= RMS_WIDTHS=.
 set -uo pipefail
 source "$(dirname "$0")/device_build.sh"
 if [ "${TESTS:-1}" = 1 ]; then
@@ -30,6 +34,10 @@ done
 for n in ${RMS_WIDTHS-5120 7168 12288}; do
   run default rms_norm "$n" myops
   run rms_wide2 rms_norm "$n" myops MYOPS_RMS_WIDE=2
+done
+for n in ${BWD_WIDTHS-5120 8192 12288}; do
+  run default layer_norm,rms_norm "$n" myops
+  for c in ROW_THREADS_BWD=256 LN_BWD_NS=1 ROW_LONG_BWD=8192; do run "$c" layer_norm,rms_norm "$n" myops "MYOPS_$c"; done
 done
 if [ "${COMPARE:-1}" = 1 ]; then
   for n in ${COMPARE_WIDTHS-3072 8192}; do run default layer_norm,rms_norm,add_rms_norm "$n" myops,compile; done
