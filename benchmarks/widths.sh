@@ -7,8 +7,8 @@
 #   (MYOPS_LN_WIDE=2) and the register kernel aimed at 256 threads a row (MYOPS_ROW_THREADS=256);
 # - rms_norm: the same against MYOPS_RMS_WIDE=2;
 # - the norms' backward at these widths under its knobs: 256 threads a row (MYOPS_ROW_THREADS_BWD=256), layer_norm's
-#   16-bit register backward at one vector a thread (MYOPS_LN_BWD_NS=1), the long-row backward from 8192 elements
-#   (MYOPS_ROW_LONG_BWD=8192: by default rows over 16384);
+#   16-bit register backward at one vector a thread (MYOPS_LN_BWD_NS=1); (the long-row backward, MYOPS_ROW_LONG_BWD,
+#   takes only rows that need a cluster: over 16384 elements);
 # - the defaults of layer_norm, rms_norm and add_rms_norm against torch.compile (COMPARE=0 skips it).
 # Usage (device tool, from the checkout): bash benchmarks/widths.sh; WIDTHS / RMS_WIDTHS / BWD_WIDTHS /
 # COMPARE_WIDTHS replace the lists (empty: none), DTYPES the dtypes; TESTS=0 skips the tests. All of it takes about
@@ -24,7 +24,8 @@ shape() { echo "$(( 67108864 / $1 )),$1"; }  # rows of N elements, about 64M ele
 run() {  # label op N impls [env...]
   local label=$1 op=$2 n=$3 impls=$4; shift 4
   env "$@" python benchmarks/bench.py --ops "$op" --no-variants --impls "$impls" --shape "$(shape "$n")" \
-    --dtypes "${DTYPES:-bf16}" 2>&1 | grep -E "myops |eager |compile |Error|FAIL" | grep -v "^myops:" | sed "s/^/$label /"
+    --dtypes "${DTYPES:-bf16}" 2>&1 | grep -E "myops |eager |compile |Error|FAIL" | grep -v "^myops:" |
+    sed "s/^/$label /"
 }
 for n in ${WIDTHS-2560 3072 5120 7168 8192 12288 16384}; do
   run default layer_norm "$n" myops
@@ -37,7 +38,8 @@ for n in ${RMS_WIDTHS-5120 7168 12288}; do
 done
 for n in ${BWD_WIDTHS-5120 8192 12288}; do
   run default layer_norm,rms_norm "$n" myops
-  for c in ROW_THREADS_BWD=256 LN_BWD_NS=1 ROW_LONG_BWD=8192; do run "$c" layer_norm,rms_norm "$n" myops "MYOPS_$c"; done
+  run ROW_THREADS_BWD=256 layer_norm,rms_norm "$n" myops MYOPS_ROW_THREADS_BWD=256
+  run LN_BWD_NS=1 layer_norm "$n" myops MYOPS_LN_BWD_NS=1
 done
 if [ "${COMPARE:-1}" = 1 ]; then
   for n in ${COMPARE_WIDTHS-3072 8192}; do run default layer_norm,rms_norm,add_rms_norm "$n" myops,compile; done

@@ -72,7 +72,7 @@ def test_row_lengths(device, dtype, shape):
 def test_frozen_weight(device, dtype, n):
     """A weight and bias that need no gradient (a frozen layer): the backward computes dx alone, with no weight-gradient
     workspace (the CPU kernel once wrote into the absent one)."""
-    x = make_tensor((7, n), dtype, device, "row_strided", seed=n) + 3
+    x = make_tensor((7, n), dtype, device, "row_strided", seed=n).add_(3)  # (in place: x + 3 would be contiguous)
     w, b = make_tensor((n,), dtype, device, seed=1), make_tensor((n,), dtype, device, seed=2)
     run_case(ops.layer_norm, eager, None, [x, w, b], grad_inputs=[0], scale_fn=scale)
 
@@ -122,7 +122,7 @@ def test_cluster_rows(dtype, shape):
 @pytest.mark.parametrize("has_w,has_b", [(True, True), (True, False), (False, True), (False, False)])
 def test_warp_rows(dtype, shape, padded, has_w, has_b):
     seed = shape[-1] + 3 * padded
-    x = (padded_rows(shape, dtype, "cuda", seed) if padded else make_tensor(shape, dtype, "cuda", seed=seed)) + 3
+    x = (padded_rows(shape, dtype, "cuda", seed) if padded else make_tensor(shape, dtype, "cuda", seed=seed)).add_(3)
     params = [p for p in (param(shape, dtype, "cuda", has_w, 1), param(shape, dtype, "cuda", has_b, 2))
               if p is not None]
     wrap = call(has_w, has_b)
@@ -154,14 +154,17 @@ WIDE_ROWS = [(torch.float32, 4096), (torch.float32, 2048), (torch.bfloat16, 4096
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype,n", WIDE_ROWS, ids=lambda v: str(v).replace("torch.", ""))
-@pytest.mark.parametrize("rows,layout", [(1, "contiguous"), (300, "contiguous"), (257, "row_strided")])
+@pytest.mark.parametrize("rows,layout", [(1, "contiguous"), (300, "contiguous"), (257, "row_strided"),
+                                         (129, "padded")])
 @pytest.mark.parametrize("has_w,has_b", [(True, True), (True, False), (False, True), (False, False)])
 def test_wide_rows(dtype, n, rows, layout, has_w, has_b):
     """Rows that take their own kernels on the GPU (ln_wide_f32_kernel: 512 / 256 threads of two vectors; 16-bit
-    ln_wide16_kernel: 128 threads of four; one row per CTA), which hypothesis' shapes seldom reach: every weight and
-    bias combination, forward and backward."""
+    ln_wide16_kernel: 128 threads of four at N = 4096, and under MYOPS_LN_WIDE=2 other widths; one row per CTA),
+    which hypothesis' shapes seldom reach: every weight and bias combination, forward and backward. padded: a row
+    stride of N + 24, aligned (row_strided's N + 5 takes other kernels)."""
     shape = (rows, n)
-    x = make_tensor(shape, dtype, "cuda", layout, seed=rows) + 3
+    x = (padded_rows(shape, dtype, "cuda", rows) if layout == "padded"
+         else make_tensor(shape, dtype, "cuda", layout, seed=rows)).add_(3)  # (in place: keeps the row stride)
     params = [p for p in (param(shape, dtype, "cuda", has_w, 1), param(shape, dtype, "cuda", has_b, 2))
               if p is not None]
     wrap = call(has_w, has_b)

@@ -146,14 +146,17 @@ WIDE_ROWS = [(torch.float32, 4096), (torch.float32, 2048), (torch.bfloat16, 4096
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype,n", WIDE_ROWS, ids=lambda v: str(v).replace("torch.", ""))
-@pytest.mark.parametrize("rows,layout", [(1, "contiguous"), (300, "contiguous"), (257, "row_strided")])
+@pytest.mark.parametrize("rows,layout", [(1, "contiguous"), (300, "contiguous"), (257, "row_strided"),
+                                         (129, "padded")])
 @pytest.mark.parametrize("has_w", [True, False])
 def test_wide_rows(dtype, n, rows, layout, has_w):
     """Rows that take their own kernels on the GPU (rms_wide_f32_kernel: 512 / 256 threads of two vectors; 16-bit
-    rms_wide16_kernel: 256 threads of two; one row per CTA), which hypothesis' shapes seldom reach: with and without a
-    weight, forward and backward."""
+    rms_wide16_kernel: 256 threads of two at N = 4096, and under MYOPS_RMS_WIDE=2 other widths; one row per CTA),
+    which hypothesis' shapes seldom reach: with and without a weight, forward and backward. padded: a row stride of
+    N + 24, aligned (row_strided's N + 5 takes other kernels)."""
     shape = (rows, n)
-    x = make_tensor(shape, dtype, "cuda", layout, seed=rows)
+    x = (padded_rows(shape, dtype, "cuda", rows) if layout == "padded"
+         else make_tensor(shape, dtype, "cuda", layout, seed=rows))
     w = param(shape, dtype, "cuda", has_w, 1)
     run_case(ops.rms_norm, eager, ref, [x] if w is None else [x, w])
 

@@ -649,8 +649,8 @@ inline int ce_fold32(int64_t row_bytes) {
 // engine -> these, forward / forward+backward (session 53): [4096, 50257] bf16 26.9 / 20.1 -> 94.4 / 97.5, fp32
 // 38.3 / 40.2 -> 99.3 / 99.7; [8192, 8195] bf16 19.8 / 18.5 -> 71.1 / 83.9, fp32 23.2 / 31.7 -> 89.3 / 95.0;
 // [65536, 1001] bf16 14.8 / 16.4 -> 71.7 / 54.9, fp32 22.2 / 32.4 -> 82.6 / 73.3; [262144, 127] bf16 2.6 / 4.7 ->
-// 51.7 / 48.8, fp32 5.6 / 10.4 -> 68.0 / 66.5. The short rows' backward (packed_bwd_kernel) runs at about half of
-// copy, where the aligned rows' flat_bwd_kernel reaches 87-97: not yet studied.
+// 51.7 / 48.8, fp32 5.6 / 10.4 -> 68.0 / 66.5. The short rows' backward (packed_bwd_kernel) runs at 44-75% of copy
+// (ce_packed_bwd), where the aligned rows' flat_bwd_kernel reaches 87-97.
 inline bool ce_misaligned() {
   static const int mode = rr::env_knob("MYOPS_CE_MISALIGNED", 1, [](int m) { return m == 0 || m == 1; });
   return mode == 1;
@@ -900,7 +900,7 @@ __global__ void __launch_bounds__(kBwdThreads, 4)
 // [65536, 1001] 48.9.
 // SEG (16-bit rows of 512 bytes or more, ce_packed_bwd): a vector within one row (for C = 1001 in bf16, 124 of 125)
 // takes flat_bwd_kernel's code, and one across two rows decodes them once (the first row's elements, each row's target
-// element in the vector) and selects per element, where the default form takes bwd_vec on each element alone, with
+// element in the vector) and selects per element, where the per-element form takes bwd_vec on each one alone, with
 // its 64-bit target compares and selects (bf16 16-byte vectors there run the backward at about half of copy: issue-
 // bound, by a count of 12-15 instructions an element against the copy's time); the next row's data read only by the
 // vectors that reach it. Same arithmetic, same bits.
@@ -1338,7 +1338,7 @@ extern "C" int myops_cross_entropy_cuda(void* loss, int mean, void* rows, void* 
           return smoothing != 0.0 ? go(fold_fwd_kernel<T, true, F, MIS>) : go(fold_fwd_kernel<T, false, F, MIS>);
         };
         // (fp32: up to 32 threads a row, but misaligned rows, which have no other kernel but the engine's; 2 threads
-        // a row for aligned 16-bit rows alone, MYOPS_CE_FOLD_TPR=2)
+        // a row for aligned 16-bit rows alone: ce_fold's rows of up to 128 bytes)
         constexpr int kHi = es == 2 || decltype(mis)::value ? kStreamThreads : 32;
         constexpr int kLo = es == 2 && !decltype(mis)::value ? 2 : 4;
         return with_pow2<kLo, kHi>(ftpr, fold);

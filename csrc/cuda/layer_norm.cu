@@ -1179,15 +1179,16 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __r
 // the register kernel's geometry (rr_geo: toward 128 threads a row) leaves slots empty: bf16 [13107, 5120] on 96
 // threads of 8 vectors (640 vectors in 768 slots; a 40-88 byte stack frame) forward at 81.1% of copy, [26214, 2560]
 // on 96 x 4 at 76.4, [9362, 7168] on 128 x 8 at 83.0 (H200, session 54). MYOPS_LN_WIDE=2 takes it (A/B: not yet
-// GPU-run).
+// GPU-run). (At 4 vectors, 64-66 registers: a CTA of 480-512 threads, N = 15360-16384, is alone on its SM.)
 template <class T, int TPR, int NV>
-__global__ void __launch_bounds__(TPR > 0 ? TPR : rr::kWideMaxThreads) ln_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
-                                                        float* __restrict__ mean,             // [M]
-                                                        float* __restrict__ rstd,             // [M]
-                                                        const T* __restrict__ x, int64_t xs,  // [M, N]
-                                                        const T* __restrict__ w,              // [N] or null
-                                                        const T* __restrict__ b,              // [N] or null
-                                                        float inv_n, float eps, bool last) {
+__global__ void __launch_bounds__(TPR > 0 ? TPR : rr::kWideMaxThreads)
+    ln_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                     float* __restrict__ mean,             // [M]
+                     float* __restrict__ rstd,             // [M]
+                     const T* __restrict__ x, int64_t xs,  // [M, N]
+                     const T* __restrict__ w,              // [N] or null
+                     const T* __restrict__ b,              // [N] or null
+                     float inv_n, float eps, bool last) {
   using Row = rr::WideRow<T, TPR, NV>;
   __shared__ float red[32];
   const int64_t r = blockIdx.x;

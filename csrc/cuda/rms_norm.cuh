@@ -752,11 +752,12 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) rms_wide_f32_kernel(float* __
 // kernel's forward trails torch.compile's: bf16 [9362, 7168] 94.1% of copy against 98.1, [5461, 12288] 95.7 against
 // 97.0 (H200, session 54). MYOPS_RMS_WIDE=2 takes it (A/B: not yet GPU-run).
 template <class T, int TPR, int NV>
-__global__ void __launch_bounds__(TPR > 0 ? TPR : rr::kWideMaxThreads) rms_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
-                                                         float* __restrict__ rstd,             // [M] or null
-                                                         const T* __restrict__ x, int64_t xs,  // [M, N]
-                                                         const T* __restrict__ w,              // [N] or null
-                                                         float inv_n, float eps, bool last) {
+__global__ void __launch_bounds__(TPR > 0 ? TPR : rr::kWideMaxThreads)
+    rms_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                      float* __restrict__ rstd,             // [M] or null
+                      const T* __restrict__ x, int64_t xs,  // [M, N]
+                      const T* __restrict__ w,              // [N] or null
+                      float inv_n, float eps, bool last) {
   using Row = rr::WideRow<T, TPR, NV>;
   __shared__ float red[32];
   const int64_t r = blockIdx.x;
