@@ -74,6 +74,27 @@ def test_staged_rows(sm):
         check_close(y, sm.torch_fn(x.double(), -1), x.dtype)
 
 
+@pytest.mark.cuda
+def test_misaligned_rows(sm):
+    """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the forward
+    kernel for them, mis_fwd_kernel (MYOPS_SOFTMAX_MIS=1, read once: a subprocess): N under a vector (7, 13), a warp's
+    rows past the end (37 rows of a warp each, eight a CTA), rows of one CTA at 4 vectors a thread (1001, 8195) and
+    at 8 (GPT-2's 50257, and 57343 near their limit), -inf entries, a row of -inf (NaN, as eager) and a NaN; fp32,
+    bf16 and fp16 against float64."""
+    xs = []
+    for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (3, 8195), (3, 50257), (2, 57343)]:
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            x = make_tensor(shape, dtype, "cpu", seed=shape[-1]) * 8
+            if shape[0] > 3:
+                x[1, ::7] = float("-inf")
+                x[2] = float("-inf")
+                x[3, shape[-1] // 2] = float("nan")
+            xs.append(x)
+    code = f"OUTPUT = [ops.{sm.fn.__name__}(x.cuda(), -1).cpu() for x in INPUTS]"
+    for x, y in zip(xs, run_in_process(code, xs, {"MYOPS_SOFTMAX_MIS": "1"})):
+        check_close(y, sm.torch_fn(x.double(), -1), x.dtype, what=f"{tuple(x.shape)} {x.dtype}")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_special_values(sm, device, dtype):

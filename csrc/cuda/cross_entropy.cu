@@ -22,11 +22,6 @@ using namespace myops::rows;
 // A row's target (not ignore_index) clamped into the row, so that a bad index never reads outside it; such a row's
 // log-sum is saved as NaN (its loss and gradient are NaN). Raising an error for it is check_targets_kernel's job.
 __device__ __forceinline__ int64_t clamped_target(int64_t tg, int64_t C) { return tg < 0 ? 0 : tg >= C ? C - 1 : tg; }
-// The elements of row p (of n) before its first 16-byte boundary: a misaligned row's head, taken one element a
-// thread beside the 16-byte loads of the rest (0 for an aligned row).
-template <class T> __device__ __forceinline__ int head_elems(const T* p, int n) {
-  return min(n, (int)(((16u - (unsigned)(reinterpret_cast<uintptr_t>(p) & 15u)) & 15u) / sizeof(T)));
-}
 
 // The target check (check_target): CTA b scans rows b * kCheckThreads + t, stepping over the grid, and writes 1 + the
 // least row it met whose target is outside [0, C) and not ignore_index, or 0, to bad[b]. Every slot is written, so bad

@@ -127,6 +127,13 @@ template <class T> __device__ __forceinline__ acc_t<T> row_rsqrt(acc_t<T> v) {
   else return inv_sqrt(v);
 }
 
+// The elements of row p (of n) before its first 16-byte boundary: a misaligned row's head, taken one element a
+// thread beside the 16-byte loads of the rest (0 for an aligned row; cross_entropy's fold kernel, softmax's
+// mis_fwd_kernel).
+template <class T> __device__ __forceinline__ int head_elems(const T* p, int n) {
+  return min(n, (int)(((16u - (unsigned)(reinterpret_cast<uintptr_t>(p) & 15u)) & 15u) / sizeof(T)));
+}
+
 // Loads 16-byte slot j of a contiguous per-column vector (weight, bias) starting at column c0 (a multiple of 16).
 template <class T> __device__ __forceinline__ void get_param(const T* w, bool vec, int64_t j, int nv,
                                                              acc_t<T> (&v)[16 / sizeof(T)]) {

@@ -378,6 +378,105 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   return g;
 }
 
+// Misaligned rows (N not a multiple of the 16-byte vector, as GPT-2's vocabulary of 50257 or an odd key length, or
+// rows off a 16-byte boundary), x and y of the same phase (each row of y as far from a 16-byte boundary as x's): the
+// forward, which the rows.cuh engine runs with one-element loads and stores wherever a row is misaligned. A row's
+// head (to its first 16-byte boundary) and tail (after its last whole vector), under VEC elements each, one element
+// a thread; the rest in 16-byte loads, NS vectors a thread, all issued before the fold; the fold, its reduction and
+// the outputs are fwd_kernel's (the same formulas, in the same order within a thread). blockDim.x threads a row: 32
+// and blockDim.y rows a CTA, or a multiple of 32 and one row (mis_fwd_geo). MYOPS_SOFTMAX_MIS=1 takes it (A/B: not
+// yet GPU-run).
+constexpr int kMisThreads = 1024, kMisThreads8 = 896, kMisRows = 8;
+template <class T, bool LOG, int NS>
+__global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads) mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                              const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                              int64_t M, int N) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ Pair<A> red[32];
+  const int t = (int)threadIdx.x, tpr = (int)blockDim.x;
+  const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+  const bool live = r < M;  // (a dead row of the last CTA loads nothing, stores nothing, but takes the shuffles)
+  const T* xr = x + (live ? r : 0) * xs;
+  const int h = live ? head_elems(xr, N) : 0;
+  const int nv = live ? (N - h) / VEC : 0, nx = live ? N - nv * VEC : 0;  // (nx: head and tail, under 2 VEC)
+  const uint4* xv = reinterpret_cast<const uint4*>(xr + h);                // [nv]
+  uint4 v[NS];  // (words, not element arrays: 16-bit elements were given a register each, and bf16 spilled)
+#pragma unroll
+  for (int k = 0; k < NS; ++k)
+    if (t + k * tpr < nv) v[k] = xv[t + k * tpr];
+  const auto get = [&](int k, A (&a)[VEC]) {
+    const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) a[e] = VEC == 4 ? rr::word_elem<T>(w[e], 0) : rr::word_elem<T>(w[e >> 1], e & 1);
+  };
+  const int xi = t < h ? t : nv * VEC + t;  // this thread's extra column: the head's t, or the tail's t - h
+  const A xe = t < nx ? to_acc(xr[xi]) : A(0);
+  A m = neg_inf<A>(), s = A(0);
+#pragma unroll
+  for (int k = 0; k < NS; ++k) {
+    A a[VEC];
+    get(k, a);
+    online_update<T, VEC>(m, s, a, t + k * tpr < nv ? VEC : 0);
+  }
+  if (t < nx) {
+    const A a[1] = {xe};
+    online_update<T, 1>(m, s, a, 1);
+  }
+  const OnlineSoftmaxOp<T> op;
+  Pair<A> ms{m, s};
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    ms = op(ms, Pair<A>{__shfl_xor_sync(0xffffffffu, ms.a, o), __shfl_xor_sync(0xffffffffu, ms.b, o)});
+  if (tpr > 32) {  // (one row a CTA: its warps' pairs in order, as Ctx::reduce)
+    if (t % 32 == 0) red[t / 32] = ms;
+    __syncthreads();
+    ms = red[0];
+    for (int w = 1; w < tpr / 32; ++w) ms = op(ms, red[w]);
+  }
+  if (!live) return;
+  const A mx = ms.a, logs = log_of<T>(ms.b), inv = A(1) / ms.b;
+  const auto out = [&](A a) -> A {
+    if constexpr (LOG) return (a - mx) - logs;  // not a - (mx + logs): that rounds at mx's magnitude
+    else if constexpr (sizeof(T) == 2) return exp_of<T>(a - mx) * inv;  // the rounding to T hides 1 ulp
+    else return exp_of<T>(a - mx) / ms.b;
+  };
+  T* yr = y + r * ys + h;  // [nv VEC] (y's row as far from a boundary as x's: the same h)
+#pragma unroll
+  for (int k = 0; k < NS; ++k)
+    if (t + k * tpr < nv) {
+      A a[VEC];
+      get(k, a);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[e] = out(a[e]);
+      rr::store(yr, (t + k * tpr) * VEC, a);
+    }
+  if (t < nx) yr[xi - h] = from_acc<T>(out(xe));
+}
+// MYOPS_SOFTMAX_MIS: 1 misaligned rows' forward on mis_fwd_kernel (where mis_fwd_geo holds the row), 0 (default) the
+// rows.cuh engine. Read once.
+inline bool mis_fwd_on() {
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 0, [](int m) { return m == 0 || m == 1; });
+  return v == 1;
+}
+// mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
+// elements, GPT-2's 50257 included; 0: neither) and threads a row for rows of N elements of es bytes: the fewest
+// warps that hold the row's vectors. (ptxas, sm_90a: 42-64 registers; bf16 at 8 vectors spilled 36 bytes under
+// 1024 threads' 64 registers, none under 896's 72.)
+struct MisGeo {
+  int ns = 0, tpr = 0, rows = 0;
+};
+inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
+  MisGeo g;
+  const int64_t nv = ceil_div(N, (int64_t)(16 / es));  // (at least the row's whole vectors, whatever its head)
+  g.ns = ceil_div(nv, (int64_t)4) <= kMisThreads ? 4 : ceil_div(nv, (int64_t)8) <= kMisThreads8 ? 8 : 0;
+  if (!g.ns || N >= INT_MAX) return MisGeo{};
+  g.tpr = (int)ceil_div(ceil_div(nv, (int64_t)g.ns), (int64_t)32) * 32;
+  g.rows = g.tpr == 32 ? kMisRows : 1;
+  if (ceil_div(M, (int64_t)g.rows) >= INT_MAX) return MisGeo{};
+  return g;
+}
+
 template <bool LOG>
 int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtype, void* stream) {
   if (M <= 0 || N <= 0) return MYOPS_OK;
@@ -419,6 +518,21 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, M, (int)N,
                           g.tpr, g.nbuf, rr::l2_last(M * N * es));
       });
+    }
+    if constexpr (es != 8) {  // misaligned rows (the register kernels took the aligned ones)
+      const auto addr = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
+      const bool same_phase = x.col_stride == 1 && y.col_stride == 1 && (addr(x.ptr) - addr(y.ptr)) % 16 == 0 &&
+                              (M <= 1 || (x.row_stride - y.row_stride) * es % 16 == 0);
+      const MisGeo gm = mis_fwd_on() && same_phase ? mis_fwd_geo(M, N, es) : MisGeo{};
+      if (gm.ns) {
+        const auto go = [&](auto kernel) {
+          kernel<<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
+                   static_cast<cudaStream_t>(stream)>>>(static_cast<T*>(y.ptr), y.row_stride,
+                                                        static_cast<const T*>(x.ptr), x.row_stride, M, (int)N);
+          return launch_status();
+        };
+        return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4>) : go(mis_fwd_kernel<T, LOG, 8>);
+      }
     }
     Plan p = make_plan(M, N, es, 1, 0, 0, true);
     auto kernel = fwd_kernel<T, LOG>;

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One device call: softmax's and log_softmax's misaligned rows (odd N: GPT-2's vocabulary of 50257, odd key lengths),
+# forward. Builds, runs their test_misaligned_rows (mis_fwd_kernel under MYOPS_SOFTMAX_MIS=1, in a subprocess), then
+# times the rows.cuh engine (MYOPS_SOFTMAX_MIS=0, the default) against mis_fwd_kernel (=1), forward alone, bf16 and
+# fp32, myops alone, then the default and =1 against eager and torch.compile at [4096, 50257].
+# Usage (device tool, from the checkout): bash benchmarks/softmax_mis.sh; SHAPES replaces the list; TESTS=0 skips the
+# tests.
+set -uo pipefail
+source "$(dirname "$0")/device_build.sh"
+if [ "${TESTS:-1}" = 1 ]; then
+  timeout 300 python -m pytest tests/test_softmax.py tests/test_log_softmax.py -m cuda -q -p no:cacheprovider \
+    -k misaligned > "$OUT/tests.log" 2>&1
+  echo "tests rc=$?"; grep -E "passed|failed|Error" "$OUT/tests.log" | tail -8
+fi
+run() {  # label shape impls [env...]
+  local label=$1 shape=$2 impls=$3; shift 3
+  env "$@" python benchmarks/bench.py --ops softmax,log_softmax --no-variants --no-backward --impls "$impls" \
+    --shape "$shape" --dtypes bf16,fp32 2>&1 | grep -E "myops |eager |compile |Error|FAIL" | grep -v "^myops:" |
+    sed "s/^/$label /"
+}
+for s in ${SHAPES-4096,50257 65536,1001 262144,127 16384,4095 2048,32769}; do
+  for m in 0 1; do run "mis$m" "$s" myops "MYOPS_SOFTMAX_MIS=$m"; done
+done
+run default 4096,50257 myops,eager,compile
+run mis1 4096,50257 myops MYOPS_SOFTMAX_MIS=1
+echo "-- $(( $(date +%s) - t0 )) s"
