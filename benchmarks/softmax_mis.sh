@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One device call: softmax's and log_softmax's misaligned rows (odd N: GPT-2's vocabulary of 50257, odd key lengths),
-# forward. Builds, runs their test_misaligned_rows (mis_fwd_kernel under MYOPS_SOFTMAX_MIS=1, in a subprocess), then
-# times the rows.cuh engine (MYOPS_SOFTMAX_MIS=0, the default) against mis_fwd_kernel (=1), forward alone, bf16 and
-# fp32, myops alone, then the default and =1 against eager and torch.compile at [4096, 50257].
+# One device call: softmax's and log_softmax's misaligned rows (odd N: GPT-2's vocabulary of 50257, odd key lengths).
+# Builds, runs their test_misaligned_rows (mis_fwd_kernel and mis_bwd_kernel under MYOPS_SOFTMAX_MIS=1, in a
+# subprocess), then times the rows.cuh engine (MYOPS_SOFTMAX_MIS=0, the default) against those kernels (=1), forward
+# and forward+backward, bf16 and fp32, myops alone, then the default and =1 against eager and torch.compile at
+# [4096, 50257] (its backward: the engine's at both) and [65536, 1001].
 # Usage (device tool, from the checkout): bash benchmarks/softmax_mis.sh; SHAPES replaces the list; TESTS=0 skips the
 # tests.
 set -uo pipefail
@@ -14,13 +15,12 @@ if [ "${TESTS:-1}" = 1 ]; then
 fi
 run() {  # label shape impls [env...]
   local label=$1 shape=$2 impls=$3; shift 3
-  env "$@" python benchmarks/bench.py --ops softmax,log_softmax --no-variants --no-backward --impls "$impls" \
+  env "$@" python benchmarks/bench.py --ops softmax,log_softmax --no-variants --impls "$impls" \
     --shape "$shape" --dtypes bf16,fp32 2>&1 | grep -E "myops |eager |compile |Error|FAIL" | grep -v "^myops:" |
     sed "s/^/$label /"
 }
 for s in ${SHAPES-4096,50257 65536,1001 262144,127 16384,4095 2048,32769}; do
   for m in 0 1; do run "mis$m" "$s" myops "MYOPS_SOFTMAX_MIS=$m"; done
 done
-run default 4096,50257 myops,eager,compile
-run mis1 4096,50257 myops MYOPS_SOFTMAX_MIS=1
+for s in 4096,50257 65536,1001; do run default "$s" myops,eager,compile; done
 echo "-- $(( $(date +%s) - t0 )) s"

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common import (DEVICES, DTYPES, LAYOUTS, check_close, check_compile, check_func, check_gradcheck, check_opcheck,
-                    make_tensor, raises, run_in_process, shapes)
+                    check_vs_eager, make_tensor, raises, run_in_process, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, ROW_SHAPES, WARP_ROWS, check_non_finite,
                     non_finite_cases, non_finite_rows, padded_rows, run_case)
 
@@ -76,12 +76,13 @@ def test_staged_rows(sm):
 
 @pytest.mark.cuda
 def test_misaligned_rows(sm):
-    """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the forward
-    kernel for them, mis_fwd_kernel (MYOPS_SOFTMAX_MIS=1, read once: a subprocess): N under a vector (7, 13), a warp's
-    rows past the end (37 rows of a warp each, eight a CTA), rows of one CTA at 4 vectors a thread (1001, 8195) and
-    at 8 (GPT-2's 50257, and 57343 near their limit), -inf entries, a row of -inf (NaN, as eager) and a NaN; fp32,
-    bf16 and fp16 against float64."""
-    xs = []
+    """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels
+    for them, mis_fwd_kernel and mis_bwd_kernel (MYOPS_SOFTMAX_MIS=1, read once: a subprocess): N under a vector (7,
+    13), a warp's rows past the end (37 rows of a warp each, eight a CTA), rows of one CTA at 4 vectors a thread
+    (1001, 8195) and, forward, at 8 (GPT-2's 50257, and 57343 near their limit; the backward's engine), -inf entries,
+    a row of -inf (NaN, as eager) and a NaN; fp32, bf16 and fp16: the output within TOL of float64, output and
+    gradient within twice eager's error on the GPU."""
+    cases = []
     for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (3, 8195), (3, 50257), (2, 57343)]:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             x = make_tensor(shape, dtype, "cpu", seed=shape[-1]) * 8
@@ -89,10 +90,26 @@ def test_misaligned_rows(sm):
                 x[1, ::7] = float("-inf")
                 x[2] = float("-inf")
                 x[3, shape[-1] // 2] = float("nan")
-            xs.append(x)
-    code = f"OUTPUT = [ops.{sm.fn.__name__}(x.cuda(), -1).cpu() for x in INPUTS]"
-    for x, y in zip(xs, run_in_process(code, xs, {"MYOPS_SOFTMAX_MIS": "1"})):
-        check_close(y, sm.torch_fn(x.double(), -1), x.dtype, what=f"{tuple(x.shape)} {x.dtype}")
+            cases.append((x, make_tensor(shape, dtype, "cpu", seed=shape[-1] + 1)))
+    code = f"""
+    OUTPUT = []
+    for x, g in INPUTS:
+        res = []
+        for f in (ops.{sm.fn.__name__}, torch.{sm.torch_fn.__name__}):
+            xc = x.cuda().requires_grad_()
+            y = f(xc, -1)
+            (dx,) = torch.autograd.grad(y, xc, g.cuda())
+            res += [y.detach().cpu(), dx.cpu()]
+        OUTPUT.append(res)
+    """
+    for (x, g), (y, dx, y_eager, dx_eager) in zip(cases, run_in_process(code, cases, {"MYOPS_SOFTMAX_MIS": "1"})):
+        x64 = x.double().requires_grad_()
+        y64 = sm.torch_fn(x64, -1)
+        (dx64,) = torch.autograd.grad(y64, x64, g.double())
+        what = f"{tuple(x.shape)} {x.dtype}"
+        check_close(y, y64, x.dtype, what=f"output {what}")
+        check_vs_eager(y, y_eager, y64, x.dtype, what=f"output {what}")
+        check_vs_eager(dx, dx_eager, dx64, x.dtype, what=f"gradient {what}")
 
 
 @pytest.mark.parametrize("device", DEVICES)

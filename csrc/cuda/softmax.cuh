@@ -388,9 +388,10 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
 // yet GPU-run).
 constexpr int kMisThreads = 1024, kMisThreads8 = 896, kMisRows = 8;
 template <class T, bool LOG, int NS>
-__global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads) mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
-                                                              const T* __restrict__ x, int64_t xs,  // [M, N]
-                                                              int64_t M, int N) {
+__global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
+    mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                   const T* __restrict__ x, int64_t xs,  // [M, N]
+                   int64_t M, int N) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   __shared__ Pair<A> red[32];
@@ -453,8 +454,74 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads) mis_fwd_k
     }
   if (t < nx) yr[xi - h] = from_acc<T>(out(xe));
 }
-// MYOPS_SOFTMAX_MIS: 1 misaligned rows' forward on mis_fwd_kernel (where mis_fwd_geo holds the row), 0 (default) the
-// rows.cuh engine. Read once.
+// The backward of such rows (dy, y and dx of the same phase), as bwd_kernel: NS = 4 vectors of dy and of y a thread
+// (rows of up to 4096 vectors: 16-bit N up to 32768, fp32 16384; mis_bwd_geo), the row's sum, then dx.
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+                                                              const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                              const T* __restrict__ y, int64_t ys,    // [M, N]
+                                                              int64_t M, int N) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T), NS = 4;
+  __shared__ A red[32];
+  const int t = (int)threadIdx.x, tpr = (int)blockDim.x;
+  const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+  const bool live = r < M;
+  const T* gr = dy + (live ? r : 0) * dys;
+  const T* vr = y + (live ? r : 0) * ys;
+  const int h = live ? head_elems(gr, N) : 0;
+  const int nv = live ? (N - h) / VEC : 0, nx = live ? N - nv * VEC : 0;
+  uint4 g[NS], v[NS];  // (words: see mis_fwd_kernel)
+#pragma unroll
+  for (int k = 0; k < NS; ++k)
+    if (t + k * tpr < nv) {
+      g[k] = reinterpret_cast<const uint4*>(gr + h)[t + k * tpr];
+      v[k] = reinterpret_cast<const uint4*>(vr + h)[t + k * tpr];
+    }
+  const int xi = t < h ? t : nv * VEC + t;
+  const A ge = t < nx ? to_acc(gr[xi]) : A(0), ve = t < nx ? to_acc(vr[xi]) : A(0);
+  const auto get = [](const uint4& q, A(&a)[VEC]) {
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) a[e] = VEC == 4 ? rr::word_elem<T>(w[e], 0) : rr::word_elem<T>(w[e >> 1], e & 1);
+  };
+  A acc = A(0);
+#pragma unroll
+  for (int k = 0; k < NS; ++k)
+    if (t + k * tpr < nv) {
+      A a[VEC], b[VEC];
+      get(g[k], a);
+      get(v[k], b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc += LOG ? a[e] : a[e] * b[e];
+    }
+  if (t < nx) acc += LOG ? ge : ge * ve;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (tpr > 32) {  // (one row a CTA: its warps' sums in order)
+    if (t % 32 == 0) red[t / 32] = acc;
+    __syncthreads();
+    acc = red[0];
+    for (int w = 1; w < tpr / 32; ++w) acc += red[w];
+  }
+  if (!live) return;
+  const A k = acc;
+  const auto out = [&](A a, A b) -> A { return LOG ? a - exp_of<T>(b) * k : b * (a - k); };
+  T* dr = dx + r * dxs + h;  // [nv VEC] (the same h)
+#pragma unroll
+  for (int q = 0; q < NS; ++q)
+    if (t + q * tpr < nv) {
+      A a[VEC], b[VEC];
+      get(g[q], a);
+      get(v[q], b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[e] = out(a[e], b[e]);
+      rr::store(dr, (t + q * tpr) * VEC, a);
+    }
+  if (t < nx) dr[xi - h] = from_acc<T>(out(ge, ve));
+}
+// MYOPS_SOFTMAX_MIS: 1 misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel (where their
+// geometries hold the row), 0 (default) the rows.cuh engine. Read once.
 inline bool mis_fwd_on() {
   static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 0, [](int m) { return m == 0 || m == 1; });
   return v == 1;
@@ -475,6 +542,18 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
   g.rows = g.tpr == 32 ? kMisRows : 1;
   if (ceil_div(M, (int64_t)g.rows) >= INT_MAX) return MisGeo{};
   return g;
+}
+
+// mis_bwd_kernel's: 4 vectors a thread in up to 1024 threads (0: none).
+inline MisGeo mis_bwd_geo(int64_t M, int64_t N, int es) {
+  const MisGeo g = mis_fwd_geo(M, N, es);
+  return g.ns == 4 ? g : MisGeo{};
+}
+// Whether rows of a and b ([M, N], unit column stride) start as far from a 16-byte boundary as each other, row by row.
+inline bool same_phase(const void* a, int64_t as, int64_t acs, const void* b, int64_t bs, int64_t bcs, int64_t M,
+                       int es) {
+  const auto addr = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
+  return acs == 1 && bcs == 1 && (addr(a) - addr(b)) % 16 == 0 && (M <= 1 || (as - bs) * es % 16 == 0);
 }
 
 template <bool LOG>
@@ -520,10 +599,10 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
       });
     }
     if constexpr (es != 8) {  // misaligned rows (the register kernels took the aligned ones)
-      const auto addr = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
-      const bool same_phase = x.col_stride == 1 && y.col_stride == 1 && (addr(x.ptr) - addr(y.ptr)) % 16 == 0 &&
-                              (M <= 1 || (x.row_stride - y.row_stride) * es % 16 == 0);
-      const MisGeo gm = mis_fwd_on() && same_phase ? mis_fwd_geo(M, N, es) : MisGeo{};
+      const MisGeo gm = mis_fwd_on() && same_phase(x.ptr, x.row_stride, x.col_stride, y.ptr, y.row_stride,
+                                                   y.col_stride, M, es)
+                            ? mis_fwd_geo(M, N, es)
+                            : MisGeo{};
       if (gm.ns) {
         const auto go = [&](auto kernel) {
           kernel<<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
@@ -559,6 +638,19 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
                           static_cast<const T*>(dy.ptr), dy.row_stride, static_cast<const T*>(y.ptr), y.row_stride, M,
                           (int)N, g.tpr, rr::l2_last(2 * M * N * es));
       });
+    }
+    if constexpr (es != 8) {  // misaligned rows (as the forward's)
+      const bool phased =
+          same_phase(dy.ptr, dy.row_stride, dy.col_stride, dx.ptr, dx.row_stride, dx.col_stride, M, es) &&
+          same_phase(y.ptr, y.row_stride, y.col_stride, dx.ptr, dx.row_stride, dx.col_stride, M, es);
+      const MisGeo gm = mis_fwd_on() && phased ? mis_bwd_geo(M, N, es) : MisGeo{};
+      if (gm.ns) {
+        mis_bwd_kernel<T, LOG><<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
+                                 static_cast<cudaStream_t>(stream)>>>(
+            static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(dy.ptr), dy.row_stride,
+            static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
+        return launch_status();
+      }
     }
     Plan p = make_plan(M, N, es, LOG ? 1 : 2, 0, 0, true);
     auto kernel = bwd_kernel<T, LOG>;
