@@ -387,6 +387,14 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
 // and blockDim.y rows a CTA, or a multiple of 32 and one row (mis_fwd_geo). MYOPS_SOFTMAX_MIS=1 takes it (A/B: not
 // yet GPU-run).
 constexpr int kMisThreads = 1024, kMisThreads8 = 896, kMisRows = 8;
+// A 16-byte vector held as words (not an element array: 16-bit elements were given a register each, and bf16
+// spilled), its elements in acc_t.
+template <class T> __device__ __forceinline__ void word_vec(const uint4& q, acc_t<T> (&a)[16 / sizeof(T)]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int e = 0; e < 16 / (int)sizeof(T); ++e)
+    a[e] = sizeof(T) == 4 ? rr::word_elem<T>(w[e], 0) : rr::word_elem<T>(w[e >> 1], e & 1);
+}
 template <class T, bool LOG, int NS>
 __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
     mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
@@ -402,15 +410,11 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
   const int h = live ? head_elems(xr, N) : 0;
   const int nv = live ? (N - h) / VEC : 0, nx = live ? N - nv * VEC : 0;  // (nx: head and tail, under 2 VEC)
   const uint4* xv = reinterpret_cast<const uint4*>(xr + h);                // [nv]
-  uint4 v[NS];  // (words, not element arrays: 16-bit elements were given a register each, and bf16 spilled)
+  uint4 v[NS];  // (words: word_vec)
 #pragma unroll
   for (int k = 0; k < NS; ++k)
     if (t + k * tpr < nv) v[k] = xv[t + k * tpr];
-  const auto get = [&](int k, A (&a)[VEC]) {
-    const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) a[e] = VEC == 4 ? rr::word_elem<T>(w[e], 0) : rr::word_elem<T>(w[e >> 1], e & 1);
-  };
+  const auto get = [&](int k, A (&a)[VEC]) { word_vec<T>(v[k], a); };
   const int xi = t < h ? t : nv * VEC + t;  // this thread's extra column: the head's t, or the tail's t - h
   const A xe = t < nx ? to_acc(xr[xi]) : A(0);
   A m = neg_inf<A>(), s = A(0);
@@ -471,7 +475,7 @@ __global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx
   const T* vr = y + (live ? r : 0) * ys;
   const int h = live ? head_elems(gr, N) : 0;
   const int nv = live ? (N - h) / VEC : 0, nx = live ? N - nv * VEC : 0;
-  uint4 g[NS], v[NS];  // (words: see mis_fwd_kernel)
+  uint4 g[NS], v[NS];  // (words: word_vec)
 #pragma unroll
   for (int k = 0; k < NS; ++k)
     if (t + k * tpr < nv) {
@@ -480,21 +484,22 @@ __global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx
     }
   const int xi = t < h ? t : nv * VEC + t;
   const A ge = t < nx ? to_acc(gr[xi]) : A(0), ve = t < nx ? to_acc(vr[xi]) : A(0);
-  const auto get = [](const uint4& q, A(&a)[VEC]) {
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+  // f(q, dy's elements, y's) for each of this thread's vectors q in the row
+  const auto each = [&](auto&& f) {
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) a[e] = VEC == 4 ? rr::word_elem<T>(w[e], 0) : rr::word_elem<T>(w[e >> 1], e & 1);
+    for (int q = 0; q < NS; ++q)
+      if (t + q * tpr < nv) {
+        A a[VEC], b[VEC];
+        word_vec<T>(g[q], a);
+        word_vec<T>(v[q], b);
+        f(q, a, b);
+      }
   };
   A acc = A(0);
+  each([&](int, const A(&a)[VEC], const A(&b)[VEC]) {
 #pragma unroll
-  for (int k = 0; k < NS; ++k)
-    if (t + k * tpr < nv) {
-      A a[VEC], b[VEC];
-      get(g[k], a);
-      get(v[k], b);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc += LOG ? a[e] : a[e] * b[e];
-    }
+    for (int e = 0; e < VEC; ++e) acc += LOG ? a[e] : a[e] * b[e];
+  });
   if (t < nx) acc += LOG ? ge : ge * ve;
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -508,16 +513,11 @@ __global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx
   const A k = acc;
   const auto out = [&](A a, A b) -> A { return LOG ? a - exp_of<T>(b) * k : b * (a - k); };
   T* dr = dx + r * dxs + h;  // [nv VEC] (the same h)
+  each([&](int q, A(&a)[VEC], const A(&b)[VEC]) {
 #pragma unroll
-  for (int q = 0; q < NS; ++q)
-    if (t + q * tpr < nv) {
-      A a[VEC], b[VEC];
-      get(g[q], a);
-      get(v[q], b);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) a[e] = out(a[e], b[e]);
-      rr::store(dr, (t + q * tpr) * VEC, a);
-    }
+    for (int e = 0; e < VEC; ++e) a[e] = out(a[e], b[e]);
+    rr::store(dr, (t + q * tpr) * VEC, a);
+  });
   if (t < nx) dr[xi - h] = from_acc<T>(out(ge, ve));
 }
 // MYOPS_SOFTMAX_MIS: 1 misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel (where their
