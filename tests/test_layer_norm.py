@@ -180,6 +180,13 @@ def test_wide_rows_any_width():
 
 
 @pytest.mark.cuda
+def test_backward_split():
+    """test_wide_rows (16-bit rows of 2560-12288, forward and backward) under MYOPS_ROW_BWD_SPLIT=1 (a subprocess):
+    the 16-bit 2-vector backward's rows of over 256 threads split over a cluster of CTAs of at most 256."""
+    run_tests_under(__file__, "wide_rows and not any_width and (bfloat16 or float16)", {"MYOPS_ROW_BWD_SPLIT": "1"})
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(37, 256), (33, 1024), (19, 2048), (9, 4096), (5, 8192), (3, 65536), (2, 262144)])
 def test_first_element_outlier(dtype, shape):

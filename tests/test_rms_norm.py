@@ -169,6 +169,13 @@ def test_wide_rows_any_width():
 
 
 @pytest.mark.cuda
+def test_backward_split():
+    """test_wide_rows (16-bit rows of 2560-12288, forward and backward) under MYOPS_ROW_BWD_SPLIT=1 (a subprocess):
+    the 16-bit 2-vector backward's rows of over 256 threads split over a cluster of CTAs of at most 256."""
+    run_tests_under(__file__, "wide_rows and not any_width and (bfloat16 or float16)", {"MYOPS_ROW_BWD_SPLIT": "1"})
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (3000, 1024)), (torch.float32, (1200, 4096)),
                                          (torch.bfloat16, (20000, 128))])
 def test_cuda_graph(dtype, shape):

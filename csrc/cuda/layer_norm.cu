@@ -1024,7 +1024,7 @@ template <class T> rr::Geo with_bwd_sums(rr::Geo g) {
 template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   if (N < rr::kExactBwdBelow) return {};
   if (sizeof(T) == 2 && bwd16_ns() == 2) {
-    const rr::Geo g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), 1, 0, 2);  // (none past one CTA)
+    const rr::Geo g = rr::bwd16_geo(N);
     if (g.ns) return with_bwd_sums<T>(g);
   }
   rr::Geo g = rr_geo<kBwdNs<T>>(N, sizeof(T), true);

@@ -305,6 +305,24 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
   return g;
 }
 
+// The norms' 16-bit register backward at 2 vectors a thread (layer_norm, rms_norm): one CTA a row, of up to 512
+// threads. MYOPS_ROW_BWD_SPLIT=1 splits a row that would take over 256 over a cluster of CTAs of at most 256 (A/B,
+// not yet GPU-run; read once): at about 100 registers a thread, a CTA of 320-512 threads is alone on its SM (bf16
+// [13107, 5120] forward+backward 76.2% of copy, the backward alone near 73, where N = 4096's two CTAs of 256 an SM
+// run it near 87; H200, session 54), and 2 x 160 take three an SM; N = 12288 (768 threads) takes 4 x 192 instead
+// of the 1-vector kernel's 2 x 768.
+inline bool bwd16_split() {
+  static const int v = env_knob("MYOPS_ROW_BWD_SPLIT", 0, [](int m) { return m == 0 || m == 1; });
+  return v == 1;
+}
+inline Geo bwd16_geo(int64_t N) {
+  if (bwd16_split()) {
+    const Geo g = geometry(N, 2, 2, 256, target_tpr_bwd(), 4, 0, 2);
+    if (g.ns == 2) return g;
+  }
+  return geometry(N, 2, 2, 512, target_tpr_bwd(), 1, 0, 2);  // (none past one CTA)
+}
+
 // The geometry of a long-row forward kernel for N (rr::long_fwd): CTAs of up to cta threads, 4 vectors per thread
 // where a cluster of up to 8 of them holds the row, else 8 (long_fwd_ns() overrides: tuning); `params` per-column
 // vectors in shared memory, one 16-byte vector per slot of each of cta threads (rr::ColParam). None (ns = 0) for a

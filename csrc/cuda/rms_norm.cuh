@@ -627,7 +627,7 @@ template <class T, bool ADD> rr::Geo rr_bwd_geo(int64_t N) {
   } else {
     if (N < rr::kExactBwdBelow) return {};
     if (sizeof(T) == 2 && !ADD && MYOPS_RMS_BWD_NS2) {
-      rr::Geo g = rr::geometry(N, sizeof(T), 2, 512, rr::target_tpr_bwd(), 1, 0, 2);  // (none past one CTA)
+      rr::Geo g = rr::bwd16_geo(N);
       if (g.ns == 2) {
         g.smem = BwdSums<T, 2>::bytes(g.threads);
         return g;
