@@ -142,6 +142,17 @@ def test_long_special_values(sm, device, dtype, n):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n", [1000, 4096, 5001, 16385])
+def test_half_rows_backward(sm, device, dtype, n):
+    """16-bit rows on the CPU's widened-as-read backward (bf16, and log_softmax's fp16 rows of 4096 or more in
+    blocks of 1024: whole blocks, a partial last one) and the buffered one, on the GPU the register kernels: output
+    and gradient within twice eager's error."""
+    x = make_tensor((3, n), dtype, device, seed=n) * 4
+    run_case(sm.fn, lambda t: sm.torch_fn(t, -1), None, [x])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_gradcheck(sm, device):
     x = make_tensor((4, 9), torch.float64, device, "col_strided").requires_grad_()
     check_gradcheck(lambda a: sm.fn(a, -1), [x])

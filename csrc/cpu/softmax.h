@@ -110,18 +110,49 @@ MYOPS_CPU_HOT void softmax_row_backward_bf16(const uint16_t* g, const uint16_t* 
   }
 }
 
+/* log_softmax's fp16 rows of 4096 or more, unit column stride (F16C's conversions, common.h): blocks of 1024 elements
+ * widened into L1-resident scratch gs, vs [1024] (the row's sum of dy over them, then dx over them again), where whole
+ * rows went through row-sized buffers. The sum's blocks are MYOPS_SUMF_BLOCKED's, each total added in fp64 in order:
+ * the same bits. cpu_ab, one thread, us (2-core EPYC VM): [1024, 4096] 2039 -> 1787, [256, 16384] 2573 -> 1908; not
+ * shorter rows, which the buffers keep in L1 ([1024, 1024] 338 -> 395, [4096, 512] 688 -> 845), nor softmax, which
+ * widens y in both passes ([1024, 4096] 984 -> 1110). */
+MYOPS_CPU_HOT void log_softmax_row_backward_f16(const uint16_t* g, const uint16_t* v, uint16_t* dx, int64_t N,
+                                                float* gs, float* vs) {
+  double tot = 0.0;
+  for (int64_t b = 0; b < N; b += 1024) {
+    const int64_t n = N - b < 1024 ? N - b : 1024;
+    double myops_sum_result_;
+    myops_load_f16(g + b, 1, n, gs);
+    MYOPS_SUMF_BLOCKED(n, gs[k]);
+    tot += myops_sum_result_;
+  }
+  const float k = (float)tot;
+  for (int64_t b = 0; b < N; b += 1024) {
+    const int64_t n = N - b < 1024 ? N - b : 1024;
+    myops_load_f16(g + b, 1, n, gs);
+    myops_load_f16(v + b, 1, n, vs);
+    for (int64_t i = 0; i < n; ++i) gs[i] = gs[i] - myops_expf_u20(vs[i]) * k;
+    myops_store_f16(dx + b, 1, n, gs);
+  }
+}
+
 MYOPS_CPU_VEC static int softmax_rows_backward(const myops_out_operand* dx, const myops_operand* dy,
                                                const myops_operand* y, int64_t M, int64_t N, int dtype, int is_log) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   const int64_t n1 = N > 0 ? N : 1;
-  double* g = (double*)malloc((size_t)n1 * 2 * sizeof(double));  /* [N] dy (then dx), [N] y */
+  /* [N] dy (then dx), [N] y; at least [2048] floats (fp16's scratch) */
+  double* g = (double*)malloc((size_t)(n1 > 1024 ? n1 : 1024) * 2 * sizeof(double));
   if (g == NULL) return MYOPS_EARG;
   double* v = g + n1;
-  const int direct = dtype == MYOPS_BF16 && dx->col_stride == 1 && dy->col_stride == 1 && y->col_stride == 1;
-  for (int64_t r = 0; r < M && direct; ++r)
-    softmax_row_backward_bf16((const uint16_t*)myops_row(dy, r, es), (const uint16_t*)myops_row(y, r, es),
-                              (uint16_t*)myops_out_row(dx, r, es), N, is_log);
+  const int direct = (dtype == MYOPS_BF16 || (dtype == MYOPS_F16 && is_log && N >= 4096)) && dx->col_stride == 1 &&
+                     dy->col_stride == 1 && y->col_stride == 1;
+  for (int64_t r = 0; r < M && direct; ++r) {
+    const uint16_t *gr = (const uint16_t*)myops_row(dy, r, es), *vr = (const uint16_t*)myops_row(y, r, es);
+    uint16_t* dr = (uint16_t*)myops_out_row(dx, r, es);
+    if (dtype == MYOPS_BF16) softmax_row_backward_bf16(gr, vr, dr, N, is_log);
+    else log_softmax_row_backward_f16(gr, vr, dr, N, (float*)g, (float*)g + 1024);
+  }
   for (int64_t r = 0; r < M && dtype != MYOPS_F64 && !direct; ++r) { /* fp32 and narrower (unit-stride fp32 in place) */
     float *gf = (float*)g, *vf = gf + n1;  /* [N] dy (then dx), [N] y, in the first half of the buffer */
     float* dv = myops_out_row_f32(dx, r, dtype, es, gf);
