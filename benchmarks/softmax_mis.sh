@@ -22,5 +22,8 @@ run() {  # label shape impls [env...]
 for s in ${SHAPES-4096,50257 65536,1001 262144,127 16384,4095 2048,32769}; do
   for m in 0 1; do run "mis$m" "$s" myops "MYOPS_SOFTMAX_MIS=$m"; done
 done
-for s in 4096,50257 65536,1001; do run default "$s" myops,eager,compile; done
+for s in 4096,50257 65536,1001; do
+  run default "$s" myops,eager,compile
+  run mis1 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=1
+done
 echo "-- $(( $(date +%s) - t0 )) s"

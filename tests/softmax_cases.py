@@ -78,12 +78,14 @@ def test_staged_rows(sm):
 def test_misaligned_rows(sm):
     """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels
     for them, mis_fwd_kernel and mis_bwd_kernel (MYOPS_SOFTMAX_MIS=1, read once: a subprocess): N under a vector (7,
-    13), a warp's rows past the end (37 rows of a warp each, eight a CTA), rows of one CTA at 4 vectors a thread
-    (1001, 8195) and, forward, at 8 (GPT-2's 50257, and 57343 near their limit; the backward's engine), -inf entries,
+    13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA at 4 vectors
+    a thread (fp32 1001, 8195, 32767 near 1024 threads) and, forward, at 8 (GPT-2's 50257, and 57343 near their limit;
+    the backward's engine), -inf entries,
     a row of -inf (NaN, as eager) and a NaN; fp32, bf16 and fp16: the output within TOL of float64, output and
     gradient within twice eager's error on the GPU."""
     cases = []
-    for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (3, 8195), (3, 50257), (2, 57343)]:
+    for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (3, 8195), (2, 32767), (3, 50257),
+                  (2, 57343)]:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             x = make_tensor(shape, dtype, "cpu", seed=shape[-1]) * 8
             if shape[0] > 3:

@@ -987,7 +987,7 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
 // Vectors per thread (0: fp64 takes the rows.cuh engine). Backward holds dy and x of two rows (prefetch), the
 // weight and two sums (VEC fp32 per vector) of each: one vector per thread and up to 1024 threads keep it within 64
 // registers (at two vectors it took 92-113 registers, one or two CTAs per SM; 16-bit rows that one CTA holds take two
-// nonetheless, rr_bwd_geo).
+// nonetheless, rr_bwd_geo, and under MYOPS_ROW_BWD_SPLIT=1 rows of up to 4 CTAs of 256, rr::bwd16_geo).
 template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
 template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 1;
 template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {

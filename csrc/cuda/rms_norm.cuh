@@ -259,7 +259,8 @@ __global__ void __launch_bounds__(512) wr_fwd_kernel(T* __restrict__ y, int64_t 
 // bf16 forward+backward, % of copy, two rounds: [16384, 4096] 85.3 / 85.4 -> 86.0 / 86.0, N = 1024 80.4 / 80.4 ->
 // 81.4 / 81.4, N = 2048 84.1 / 84.2 -> 84.5 / 84.6; add_rms_norm N = 1024 109.0 / 109.1 -> 110.1 / 110.0. (The same
 // in layer_norm's register backward, with its first pass's xh fused, measured 78.6 / 78.8 either way.)
-// rms_norm's 16-bit rows that one CTA of 512 threads holds at 2 vectors per thread take 2 (rr_bwd_geo; the dw sums
+// rms_norm's 16-bit rows that one CTA of 512 threads holds at 2 vectors per thread (or, MYOPS_ROW_BWD_SPLIT=1, a
+// cluster of up to 4 of 256: rr::bwd16_geo) take 2 (rr_bwd_geo; the dw sums
 // in shared memory, rr::ColSums, as layer_norm's), else 1 (up to 1024 threads). H200, bf16 forward+backward, % of
 // copy, two rounds, 1 -> 2: [16384, 4096] 86.1 / 86.2 -> 88.3 / 88.1, N = 1024 81.6 / 81.6 -> 82.0 / 82.0, N = 2048
 // 84.5 / 84.6 -> 86.4 / 86.2. add_rms_norm keeps 1 (113.0 -> 106.6, N = 1024 110.2 -> 102.7, N = 2048 113.8 ->

@@ -414,14 +414,13 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
 #pragma unroll
   for (int k = 0; k < NS; ++k)
     if (t + k * tpr < nv) v[k] = xv[t + k * tpr];
-  const auto get = [&](int k, A (&a)[VEC]) { word_vec<T>(v[k], a); };
   const int xi = t < h ? t : nv * VEC + t;  // this thread's extra column: the head's t, or the tail's t - h
   const A xe = t < nx ? to_acc(xr[xi]) : A(0);
   A m = neg_inf<A>(), s = A(0);
 #pragma unroll
   for (int k = 0; k < NS; ++k) {
     A a[VEC];
-    get(k, a);
+    word_vec<T>(v[k], a);
     online_update<T, VEC>(m, s, a, t + k * tpr < nv ? VEC : 0);
   }
   if (t < nx) {
@@ -451,7 +450,7 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
   for (int k = 0; k < NS; ++k)
     if (t + k * tpr < nv) {
       A a[VEC];
-      get(k, a);
+      word_vec<T>(v[k], a);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) a[e] = out(a[e]);
       rr::store(yr, (t + k * tpr) * VEC, a);
@@ -528,8 +527,8 @@ inline bool mis_fwd_on() {
 }
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
 // elements, GPT-2's 50257 included; 0: neither) and threads a row for rows of N elements of es bytes: the fewest
-// warps that hold the row's vectors. (ptxas, sm_90a: 42-64 registers; bf16 at 8 vectors spilled 36 bytes under
-// 1024 threads' 64 registers, none under 896's 72.)
+// warps that hold the row's vectors. (ptxas, sm_90a: 32-65 registers but bf16 at 8 vectors, which spilled 36 bytes
+// under 1024 threads' 64 registers and takes 72 under 896's bound, log_softmax's with 4 bytes spilled.)
 struct MisGeo {
   int ns = 0, tpr = 0, rows = 0;
 };
