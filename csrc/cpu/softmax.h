@@ -136,30 +136,54 @@ MYOPS_CPU_HOT void log_softmax_row_backward_f16(const uint16_t* g, const uint16_
   }
 }
 
-/* softmax's fp16 rows of unit column stride where the CPU has AVX-512 and F16C (myops_f16c() == 2): widened in
- * registers as read, dx rounded as stored, where the row went through fp32 buffers (2.2x eager's time, 2 threads,
- * [1024, 4096]). The sum's lanes, blocks and tree are MYOPS_SUMF_BLOCKED's (lanes 0-15 and 16-31 in two registers, a
- * block's tail and tree on its 32 floats), products and sums rounded apart as there (no FMA): the same bits.
- * cpu_ab, one thread, us (2-core EPYC VM): [1024, 4096] 1327 -> 501, [1024, 1024] 171 -> 102, [4096, 33] 153 -> 122
- * (log_softmax's exps stay on the blocked path: its polynomial is the compiler's vectorization of myops_expf_u20). */
+/* softmax's 16-bit rows of unit column stride where the CPU has AVX-512 and F16C (myops_f16c() == 2): widened in
+ * registers as read, dx rounded as stored (bf16: myops_f32_to_bf16's integer rounding, 16 lanes), where fp16 rows
+ * went through fp32 buffers (2.2x eager's time, 2 threads, [1024, 4096]) and bf16 through the C loops above. The
+ * sum's lanes, blocks and tree are MYOPS_SUMF_BLOCKED's (lanes 0-15 and 16-31 in two registers, a block's tail and
+ * tree on its 32 floats), products and sums rounded apart as there (no FMA): the same bits. cpu_ab, one thread, us
+ * (2-core EPYC VM): fp16 [1024, 4096] 1327 -> 501, [1024, 1024] 171 -> 102, [4096, 33] 153 -> 122; bf16 against
+ * the C loops above, [1024, 4096] 677 -> 597, [1024, 1024] 169 -> 147, [4096, 33] 138 -> 140.
+ * (log_softmax's exps stay in C: its polynomial is the compiler's vectorization of myops_expf_u20.) */
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-__attribute__((target("avx512f,avx,f16c"), unused)) static void softmax_row_backward_f16x(const uint16_t* g,
-                                                                                        const uint16_t* v,
-                                                                                        uint16_t* dx, int64_t N) {
-#define MYOPS_H16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)(p)))
+#define MYOPS_X16 __attribute__((target("avx512f,avx,f16c"), unused))
+MYOPS_X16 static inline __m512 myops_x16_load(const uint16_t* p, int bf) {
+  const __m256i h = _mm256_loadu_si256((const __m256i*)p);
+  return bf ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)) : _mm512_cvtph_ps(h);
+}
+MYOPS_X16 static inline void myops_x16_store(uint16_t* p, __m512 x, int bf) {
+  if (!bf) {
+    _mm256_storeu_si256((__m256i*)p, _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    return;
+  }
+  const __m512i u = _mm512_castps_si512(x);
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                 _mm512_set1_epi32(0x7f800000));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+  const __m512i q = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  _mm256_storeu_si256((__m256i*)p, _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, r, q)));
+}
+MYOPS_X16 static inline float myops_x16_get(const uint16_t* p, int bf) {
+  return bf ? myops_bf16_to_f32(*p) : _cvtsh_ss(*p);
+}
+MYOPS_X16 static inline uint16_t myops_x16_put(float x, int bf) {
+  return bf ? myops_f32_to_bf16(x) : _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT);
+}
+MYOPS_X16 static void softmax_row_backward_x16(const uint16_t* g, const uint16_t* v, uint16_t* dx, int64_t N,
+                                               int bf) {
   double tot = 0.0;
   for (int64_t b = 0; b < N; b += 1024) {
     const int64_t e = b + 1024 < N ? b + 1024 : N;
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
     int64_t i = b;
     for (; i + 32 <= e; i += 32) {
-      a0 = _mm512_add_ps(a0, _mm512_mul_ps(MYOPS_H16(g + i), MYOPS_H16(v + i)));
-      a1 = _mm512_add_ps(a1, _mm512_mul_ps(MYOPS_H16(g + i + 16), MYOPS_H16(v + i + 16)));
+      a0 = _mm512_add_ps(a0, _mm512_mul_ps(myops_x16_load(g + i, bf), myops_x16_load(v + i, bf)));
+      a1 = _mm512_add_ps(a1, _mm512_mul_ps(myops_x16_load(g + i + 16, bf), myops_x16_load(v + i + 16, bf)));
     }
     float acc[32];
     _mm512_storeu_ps(acc, a0);
     _mm512_storeu_ps(acc + 16, a1);
-    for (int64_t k = i; k < e; ++k) acc[k - i] += _cvtsh_ss(g[k]) * _cvtsh_ss(v[k]);
+    for (int64_t k = i; k < e; ++k) acc[k - i] += myops_x16_get(g + k, bf) * myops_x16_get(v + k, bf);
     for (int s = 16; s > 0; s >>= 1)
       for (int j = 0; j < s; ++j) acc[j] += acc[j + s];
     tot += (double)acc[0];
@@ -168,15 +192,14 @@ __attribute__((target("avx512f,avx,f16c"), unused)) static void softmax_row_back
   const __m512 kv = _mm512_set1_ps(k);
   int64_t i = 0;
   for (; i + 16 <= N; i += 16)
-    _mm256_storeu_si256((__m256i*)(dx + i),
-                        _mm512_cvtps_ph(_mm512_mul_ps(MYOPS_H16(v + i), _mm512_sub_ps(MYOPS_H16(g + i), kv)),
-                                        _MM_FROUND_TO_NEAREST_INT));
-  for (; i < N; ++i) dx[i] = _cvtss_sh(_cvtsh_ss(v[i]) * (_cvtsh_ss(g[i]) - k), _MM_FROUND_TO_NEAREST_INT);
-#undef MYOPS_H16
+    myops_x16_store(dx + i, _mm512_mul_ps(myops_x16_load(v + i, bf), _mm512_sub_ps(myops_x16_load(g + i, bf), kv)),
+                    bf);
+  for (; i < N; ++i) dx[i] = myops_x16_put(myops_x16_get(v + i, bf) * (myops_x16_get(g + i, bf) - k), bf);
 }
+#undef MYOPS_X16
 #else
-static void softmax_row_backward_f16x(const uint16_t* g, const uint16_t* v, uint16_t* dx, int64_t N) {
-  (void)g, (void)v, (void)dx, (void)N;
+static void softmax_row_backward_x16(const uint16_t* g, const uint16_t* v, uint16_t* dx, int64_t N, int bf) {
+  (void)g, (void)v, (void)dx, (void)N, (void)bf;
 }
 #endif
 
@@ -189,14 +212,14 @@ MYOPS_CPU_VEC static int softmax_rows_backward(const myops_out_operand* dx, cons
   double* g = (double*)malloc((size_t)(n1 > 1024 ? n1 : 1024) * 2 * sizeof(double));
   if (g == NULL) return MYOPS_EARG;
   double* v = g + n1;
-  const int f16x = dtype == MYOPS_F16 && !is_log && myops_f16c() == 2;
-  const int direct = (dtype == MYOPS_BF16 || (dtype == MYOPS_F16 && is_log && N >= 4096) || f16x) &&
+  const int x16 = (dtype == MYOPS_F16 || dtype == MYOPS_BF16) && !is_log && myops_f16c() == 2;
+  const int direct = (dtype == MYOPS_BF16 || (dtype == MYOPS_F16 && is_log && N >= 4096) || x16) &&
                      dx->col_stride == 1 && dy->col_stride == 1 && y->col_stride == 1;
   for (int64_t r = 0; r < M && direct; ++r) {
     const uint16_t *gr = (const uint16_t*)myops_row(dy, r, es), *vr = (const uint16_t*)myops_row(y, r, es);
     uint16_t* dr = (uint16_t*)myops_out_row(dx, r, es);
-    if (dtype == MYOPS_BF16) softmax_row_backward_bf16(gr, vr, dr, N, is_log);
-    else if (f16x) softmax_row_backward_f16x(gr, vr, dr, N);
+    if (x16) softmax_row_backward_x16(gr, vr, dr, N, dtype == MYOPS_BF16);
+    else if (dtype == MYOPS_BF16) softmax_row_backward_bf16(gr, vr, dr, N, is_log);
     else log_softmax_row_backward_f16(gr, vr, dr, N, (float*)g, (float*)g + 1024);
   }
   for (int64_t r = 0; r < M && dtype != MYOPS_F64 && !direct; ++r) { /* fp32 and narrower (unit-stride fp32 in place) */
