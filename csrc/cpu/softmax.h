@@ -208,8 +208,8 @@ MYOPS_CPU_VEC static int softmax_rows_backward(const myops_out_operand* dx, cons
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   const int64_t n1 = N > 0 ? N : 1;
-  /* [N] dy (then dx), [N] y; at least [2048] floats (fp16's scratch) */
-  double* g = (double*)malloc((size_t)(n1 > 1024 ? n1 : 1024) * 2 * sizeof(double));
+  /* [N] dy (then dx), [N] y (log_softmax's fp16 rows, N >= 4096, take two [1024] floats of it as scratch) */
+  double* g = (double*)malloc((size_t)n1 * 2 * sizeof(double));
   if (g == NULL) return MYOPS_EARG;
   double* v = g + n1;
   const int x16 = (dtype == MYOPS_F16 || dtype == MYOPS_BF16) && !is_log && myops_f16c() == 2;

@@ -1450,9 +1450,8 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
       // Misaligned rows (ce_misaligned), dx's rows as far from a 16-byte boundary as x's (dx as the op allocates it,
       // for contiguous logits): packed and as short as ce_bwd_flat's rows, packed_bwd_kernel; of kBwdThreads vectors
       // or more, rr_bwd_kernel<T, true>.
-      const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
-      const bool mis = ce_misaligned() && C < (1LL << 31) && x.col_stride == 1 && dx.col_stride == 1 &&
-                       (addr(x.ptr) - addr(dx.ptr)) % 16 == 0;
+      const bool mis = ce_misaligned() && C < (1LL << 31) &&
+                       same_phase(x.ptr, x.row_stride, x.col_stride, dx.ptr, dx.row_stride, dx.col_stride, M, es);
       if (const int packed = ce_packed_bwd(C * es, es);
           packed && mis && C >= VEC && C < (1LL << 31) - 16 && ce_bwd_flat(C / VEC, es) &&
           (M == 1 || (x.row_stride == C && dx.row_stride == C)) && ceil_div(M * C / VEC, kBwdFlatVecs) < (1LL << 31)) {
@@ -1463,9 +1462,7 @@ extern "C" int myops_cross_entropy_backward_cuda(myops_out_operand dx, myops_ope
         };
         return packed == 2 ? go(packed_bwd_kernel<T, true>) : go(packed_bwd_kernel<T, false>);
       }
-      if (mis && C / VEC >= kBwdThreads && M * chunks < (1LL << 31) &&
-          (M <= 1 || (x.row_stride - dx.row_stride) * es % 16 == 0))
-        return row_chunks(rr_bwd_kernel<T, true>);
+      if (mis && C / VEC >= kBwdThreads && M * chunks < (1LL << 31)) return row_chunks(rr_bwd_kernel<T, true>);
     }
     Plan p = make_plan(M, C, es, 1, 0, 0, false);
     auto kernel = ce_bwd_kernel<T>;

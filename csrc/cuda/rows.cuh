@@ -418,6 +418,15 @@ inline bool vec_ok(const void* p, int64_t row_stride, int64_t col_stride, int64_
   return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (col_stride == 1 || N <= 1) && (M <= 1 || row_stride % vec == 0);
 }
 
+// Whether rows of a and b ([M, N] of elem bytes, both of unit column stride) start as far from a 16-byte boundary as
+// each other, row by row: their misaligned rows' heads and tails are the same columns (cross_entropy's backward,
+// softmax's mis kernels).
+inline bool same_phase(const void* a, int64_t as, int64_t acs, const void* b, int64_t bs, int64_t bcs, int64_t M,
+                       int elem) {
+  const auto addr = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
+  return acs == 1 && bcs == 1 && (addr(a) - addr(b)) % 16 == 0 && (M <= 1 || (as - bs) * elem % 16 == 0);
+}
+
 // The work split for M rows of N elements of `elem` bytes with nstage staged inputs and nacc per-column
 // accumulators (of acc_elem bytes). resident = false asks for a streaming plan (single-pass ops).
 inline Plan make_plan(int64_t M, int64_t N, int elem, int nstage, int nacc, int acc_elem, bool want_resident) {

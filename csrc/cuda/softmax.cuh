@@ -395,6 +395,20 @@ template <class T> __device__ __forceinline__ void word_vec(const uint4& q, acc_
   for (int e = 0; e < 16 / (int)sizeof(T); ++e)
     a[e] = sizeof(T) == 4 ? rr::word_elem<T>(w[e], 0) : rr::word_elem<T>(w[e >> 1], e & 1);
 }
+// v combined over the row's blockDim.x threads by op: each warp by shuffles; one row a CTA (over 32 threads), its
+// warps' values in red [32], shared, in warp order, as Ctx::reduce. (rr::RowReduce, whose cluster path is compiled in
+// beside, left the bf16 8-vector forward 16-28 bytes of spills at its register bound.)
+template <class V, class Op> __device__ __forceinline__ V mis_reduce(V v, Op op, V* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = op(v, rr::shfl_xor(v, o));
+  if (blockDim.x > 32) {
+    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+    __syncthreads();
+    v = red[0];
+    for (int w = 1; w < (int)blockDim.x / 32; ++w) v = op(v, red[w]);
+  }
+  return v;
+}
 template <class T, bool LOG, int NS>
 __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
     mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
@@ -427,17 +441,7 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
     const A a[1] = {xe};
     online_update<T, 1>(m, s, a, 1);
   }
-  const OnlineSoftmaxOp<T> op;
-  Pair<A> ms{m, s};
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1)
-    ms = op(ms, Pair<A>{__shfl_xor_sync(0xffffffffu, ms.a, o), __shfl_xor_sync(0xffffffffu, ms.b, o)});
-  if (tpr > 32) {  // (one row a CTA: its warps' pairs in order, as Ctx::reduce)
-    if (t % 32 == 0) red[t / 32] = ms;
-    __syncthreads();
-    ms = red[0];
-    for (int w = 1; w < tpr / 32; ++w) ms = op(ms, red[w]);
-  }
+  const Pair<A> ms = mis_reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, red);
   if (!live) return;
   const A mx = ms.a, logs = log_of<T>(ms.b), inv = A(1) / ms.b;
   const auto out = [&](A a) -> A {
@@ -500,16 +504,8 @@ __global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx
     for (int e = 0; e < VEC; ++e) acc += LOG ? a[e] : a[e] * b[e];
   });
   if (t < nx) acc += LOG ? ge : ge * ve;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  if (tpr > 32) {  // (one row a CTA: its warps' sums in order)
-    if (t % 32 == 0) red[t / 32] = acc;
-    __syncthreads();
-    acc = red[0];
-    for (int w = 1; w < tpr / 32; ++w) acc += red[w];
-  }
+  const A k = mis_reduce(acc, rr::Sum{}, red);
   if (!live) return;
-  const A k = acc;
   const auto out = [&](A a, A b) -> A { return LOG ? a - exp_of<T>(b) * k : b * (a - k); };
   T* dr = dx + r * dxs + h;  // [nv VEC] (the same h)
   each([&](int q, A(&a)[VEC], const A(&b)[VEC]) {
@@ -547,12 +543,6 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
 inline MisGeo mis_bwd_geo(int64_t M, int64_t N, int es) {
   const MisGeo g = mis_fwd_geo(M, N, es);
   return g.ns == 4 ? g : MisGeo{};
-}
-// Whether rows of a and b ([M, N], unit column stride) start as far from a 16-byte boundary as each other, row by row.
-inline bool same_phase(const void* a, int64_t as, int64_t acs, const void* b, int64_t bs, int64_t bcs, int64_t M,
-                       int es) {
-  const auto addr = [](const void* q) { return reinterpret_cast<uintptr_t>(q); };
-  return acs == 1 && bcs == 1 && (addr(a) - addr(b)) % 16 == 0 && (M <= 1 || (as - bs) * es % 16 == 0);
 }
 
 template <bool LOG>
