@@ -145,8 +145,8 @@ def test_long_rows_offset(dtype, offset, shape):
 
 
 # The one-row-per-CTA kernels' rows (rr::WideRow): fp32 of 4096 and 2048, 16-bit of 4096.
-# (16-bit rows of 2560-12288: MYOPS_LN_WIDE=2's run-time widths, 4 vectors a thread where N is a multiple of 1024,
-# else 2)
+# (16-bit rows of 2560-12288: ln_wide16_kernel's run-time widths, 4 vectors a thread where N is a multiple of 1024,
+# else 2; by default up to 8192, under MYOPS_LN_WIDE=2 12288 too)
 WIDE_ROWS = [(torch.float32, 4096), (torch.float32, 2048), (torch.bfloat16, 4096), (torch.float16, 4096),
              (torch.bfloat16, 2560), (torch.float16, 3072), (torch.bfloat16, 5120), (torch.bfloat16, 7168),
              (torch.float16, 12288)]
@@ -159,7 +159,7 @@ WIDE_ROWS = [(torch.float32, 4096), (torch.float32, 2048), (torch.bfloat16, 4096
 @pytest.mark.parametrize("has_w,has_b", [(True, True), (True, False), (False, True), (False, False)])
 def test_wide_rows(dtype, n, rows, layout, has_w, has_b):
     """Rows that take their own kernels on the GPU (ln_wide_f32_kernel: 512 / 256 threads of two vectors; 16-bit
-    ln_wide16_kernel: 128 threads of four at N = 4096, and under MYOPS_LN_WIDE=2 other widths; one row per CTA),
+    ln_wide16_kernel: 128 threads of four at N = 4096, other widths up to 8192 at run time; one row per CTA),
     which hypothesis' shapes seldom reach: every weight and bias combination, forward and backward. padded: a row
     stride of N + 24, aligned (row_strided's N + 5 takes other kernels)."""
     shape = (rows, n)
@@ -174,16 +174,17 @@ def test_wide_rows(dtype, n, rows, layout, has_w, has_b):
 
 @pytest.mark.cuda
 def test_wide_rows_any_width():
-    """test_wide_rows under MYOPS_LN_WIDE=2 (read once: a subprocess), where 16-bit rows of other widths than 4096
-    take ln_wide16_kernel at a run-time width."""
+    """test_wide_rows under MYOPS_LN_WIDE=2 (read once: a subprocess), where 16-bit rows over 8192 (12288) take
+    ln_wide16_kernel at a run-time width too."""
     run_tests_under(__file__, "wide_rows and not any_width", {"MYOPS_LN_WIDE": "2"})
 
 
 @pytest.mark.cuda
-def test_backward_split():
-    """test_wide_rows (16-bit rows of 2560-12288, forward and backward) under MYOPS_ROW_BWD_SPLIT=1 (a subprocess):
-    the 16-bit 2-vector backward's rows of over 256 threads split over a cluster of CTAs of at most 256."""
-    run_tests_under(__file__, "wide_rows and not any_width and (bfloat16 or float16)", {"MYOPS_ROW_BWD_SPLIT": "1"})
+def test_backward_unsplit():
+    """test_wide_rows (16-bit rows of 2560-12288, forward and backward) under MYOPS_ROW_BWD_SPLIT=0 (a subprocess):
+    the 16-bit 2-vector backward's rows on one CTA of up to 512 threads (by default rows of over 256 threads split
+    over a cluster of CTAs of at most 256), those over 8192 elements at 1 vector a thread."""
+    run_tests_under(__file__, "wide_rows and not any_width and (bfloat16 or float16)", {"MYOPS_ROW_BWD_SPLIT": "0"})
 
 
 @pytest.mark.cuda

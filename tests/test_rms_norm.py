@@ -169,10 +169,11 @@ def test_wide_rows_any_width():
 
 
 @pytest.mark.cuda
-def test_backward_split():
-    """test_wide_rows (16-bit rows of 2560-12288, forward and backward) under MYOPS_ROW_BWD_SPLIT=1 (a subprocess):
-    the 16-bit 2-vector backward's rows of over 256 threads split over a cluster of CTAs of at most 256."""
-    run_tests_under(__file__, "wide_rows and not any_width and (bfloat16 or float16)", {"MYOPS_ROW_BWD_SPLIT": "1"})
+def test_backward_unsplit():
+    """test_wide_rows (16-bit rows of 2560-12288, forward and backward) under MYOPS_ROW_BWD_SPLIT=0 (a subprocess):
+    the 16-bit 2-vector backward's rows on one CTA of up to 512 threads (by default rows of over 256 threads split
+    over a cluster of CTAs of at most 256), those over 8192 elements at 1 vector a thread."""
+    run_tests_under(__file__, "wide_rows and not any_width and (bfloat16 or float16)", {"MYOPS_ROW_BWD_SPLIT": "0"})
 
 
 @pytest.mark.cuda

@@ -987,7 +987,7 @@ __global__ void __launch_bounds__(kLongCta, NS == 4 ? 2 : 1)
 // Vectors per thread (0: fp64 takes the rows.cuh engine). Backward holds dy and x of two rows (prefetch), the
 // weight and two sums (VEC fp32 per vector) of each: one vector per thread and up to 1024 threads keep it within 64
 // registers (at two vectors it took 92-113 registers, one or two CTAs per SM; 16-bit rows that one CTA holds take two
-// nonetheless, rr_bwd_geo, and under MYOPS_ROW_BWD_SPLIT=1 rows of up to 4 CTAs of 256, rr::bwd16_geo).
+// nonetheless, rr_bwd_geo, and rows of up to 4 CTAs of 256 too, rr::bwd16_geo).
 template <class T> constexpr int kFwdNs = sizeof(T) == 8 ? 0 : 8;
 template <class T> constexpr int kBwdNs = sizeof(T) == 8 ? 0 : 1;
 template <int MaxNs> rr::Geo rr_geo(int64_t N, int elem, bool bwd = false) {
@@ -1178,8 +1178,12 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) ln_wide_f32_kernel(float* __r
 // warps holds the row so, else 2 (2560: 160 x 2; 3072: 96 x 4, 5120: 160 x 4, 7168: 224 x 4, 12288: 384 x 4), where
 // the register kernel's geometry (rr_geo: toward 128 threads a row) leaves slots empty: bf16 [13107, 5120] on 96
 // threads of 8 vectors (640 vectors in 768 slots; a 40-88 byte stack frame) forward at 81.1% of copy, [26214, 2560]
-// on 96 x 4 at 76.4, [9362, 7168] on 128 x 8 at 83.0 (H200, session 54). MYOPS_LN_WIDE=2 takes it (A/B: not yet
-// GPU-run). (At 4 vectors, 64-66 registers: a CTA of 480-512 threads, N = 15360-16384, is alone on its SM.)
+// on 96 x 4 at 76.4, [9362, 7168] on 128 x 8 at 83.0 (H200, session 54). Taken for rows of 2049-8192. H200 bf16
+// forward / forward+backward, % of copy (session 55, torch 2.11), the register kernel -> this: [26214, 2560] 75.8 /
+// 81.5 -> 90.5 / 87.3, [21845, 3072] 89.1 / 83.5 -> 98.1 / 86.1, [13107, 5120] 81.0 / 76.1 -> 95.9 / 81.0,
+// [9362, 7168] 83.1 / 80.7 -> 91.8 / 83.9, [8192, 8192] 91.8 / 85.3 -> 94.8 / 86.4 (torch.compile 83.4 / 48.6); not
+// longer rows: [5461, 12288] 92.2 -> 76.3, [4096, 16384] 92.0 -> 81.7 (at 4 vectors, 64-66 registers: a CTA of
+// 384-512 threads is alone on its SM). MYOPS_LN_WIDE=2 takes those too, =0 none (A/B).
 template <class T, int TPR, int NV>
 __global__ void __launch_bounds__(TPR > 0 ? TPR : rr::kWideMaxThreads)
     ln_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
@@ -1244,7 +1248,8 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
         });
     }
     if constexpr (es != 8) {  // the one-row-per-CTA kernels: fp32 rows of 4096 and 2048, 16-bit rows of 4096
-      // (1: the rows above; 2: 16-bit rows of other widths too, ln_wide16_kernel<T, 0, NV>; 0: none)
+      // (1: the rows above and 16-bit rows of 2049-8192 at run-time widths, ln_wide16_kernel<T, 0, NV>; 2: 16-bit rows
+      // of any width it holds; 0: none)
       static const int wide = rr::env_knob("MYOPS_LN_WIDE", 1, [](int v) { return v >= 0 && v <= 2; });
       const auto go = [&](auto kernel, int tpr) {
         kernel<<<(unsigned)M, tpr, 0, static_cast<cudaStream_t>(stream)>>>(
@@ -1259,7 +1264,7 @@ extern "C" int myops_layer_norm_cuda(myops_out_operand y, void* mean, void* rstd
           if (rr::WideRowF32<256>::fits(M, N)) return go(ln_wide_f32_kernel<256>, 256);
         } else {
           if (rr::WideRow<T, 128, 4>::fits(M, N)) return go(ln_wide16_kernel<T, 128, 4>, 128);
-          if (wide == 2) {
+          if (wide == 2 || N <= 8192) {  // (wide_threads: over 2048)
             if (const int t = rr::wide_threads(M, N, es, 4)) return go(ln_wide16_kernel<T, 0, 4>, t);
             if (const int t = rr::wide_threads(M, N, es, 2)) return go(ln_wide16_kernel<T, 0, 2>, t);
           }

@@ -118,7 +118,7 @@ template <class T> constexpr int max_threads() { return sizeof(T) == 4 ? 1024 : 
 // and 1024 threads (at NS = 2 with the weight-gradient sums in registers they took 94: two 256-thread CTAs per SM,
 // 25% occupancy, 51% of DRAM bandwidth in Nsight Compute); fp32 keeps NS up to 4 and 512 threads. layer_norm's and
 // rms_norm's 16-bit rows that one 512-thread CTA holds take NS = 2 with those sums in shared memory (rr::ColSums;
-// their rr_bwd_geo), bound to 512 threads (under MYOPS_ROW_BWD_SPLIT=1, rows of up to 4 such CTAs of 256: bwd16_geo).
+// their rr_bwd_geo), split over up to 4 CTAs of at most 256 threads (bwd16_geo).
 template <class T> constexpr int bwd_max_threads() { return sizeof(T) == 2 ? 1024 : 512; }
 
 // Backward rows shorter than this take the rows.cuh engine, which recomputes the row statistics in fp64: the register
@@ -306,13 +306,15 @@ inline Geo geometry(int64_t N, int elem, int max_ns, int max_tpr, int target_tpr
 }
 
 // The norms' 16-bit register backward at 2 vectors a thread (layer_norm, rms_norm): one CTA a row, of up to 512
-// threads. MYOPS_ROW_BWD_SPLIT=1 splits a row that would take over 256 over a cluster of CTAs of at most 256 (A/B,
-// not yet GPU-run; read once): at about 100 registers a thread, a CTA of 320-512 threads is alone on its SM (bf16
-// [13107, 5120] forward+backward 76.2% of copy, the backward alone near 73, session 54, where N = 4096's two CTAs of
-// 256 an SM ran it near 87, session 41; H200), and 2 x 160 take three an SM. Rows of 8200-16384 elements, which by
-// default take the 1-vector kernel on a cluster of 2 (N = 12288: 2 x 768), take 2 vectors on up to 4 CTAs (4 x 192).
+// threads, a row that would take over 256 split over a cluster of CTAs of at most 256: at about 100 registers a
+// thread, a CTA of 320-512 threads is alone on its SM (bf16 [13107, 5120]'s backward near 73% of copy, where
+// N = 4096's two CTAs of 256 an SM ran it near 87; H200), and 2 x 160 take three an SM. Rows of 8200-16384 elements,
+// which one CTA does not hold, take 2 vectors on up to 4 CTAs (N = 12288: 4 x 192) where the 1-vector kernel took a
+// cluster of 2 (2 x 768). H200 bf16 forward+backward, % of copy (session 55, torch 2.11), one CTA -> split:
+// layer_norm [13107, 5120] 80.9 -> 83.2, [5461, 12288] 71.0 -> 78.2; rms_norm 84.1 -> 91.0, 83.0 -> 85.3.
+// MYOPS_ROW_BWD_SPLIT=0: one CTA of up to 512 (A/B; read once).
 inline bool bwd16_split() {
-  static const int v = env_knob("MYOPS_ROW_BWD_SPLIT", 0, [](int m) { return m == 0 || m == 1; });
+  static const int v = env_knob("MYOPS_ROW_BWD_SPLIT", 1, [](int m) { return m == 0 || m == 1; });
   return v == 1;
 }
 inline Geo bwd16_geo(int64_t N) {

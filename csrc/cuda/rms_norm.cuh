@@ -259,8 +259,8 @@ __global__ void __launch_bounds__(512) wr_fwd_kernel(T* __restrict__ y, int64_t 
 // bf16 forward+backward, % of copy, two rounds: [16384, 4096] 85.3 / 85.4 -> 86.0 / 86.0, N = 1024 80.4 / 80.4 ->
 // 81.4 / 81.4, N = 2048 84.1 / 84.2 -> 84.5 / 84.6; add_rms_norm N = 1024 109.0 / 109.1 -> 110.1 / 110.0. (The same
 // in layer_norm's register backward, with its first pass's xh fused, measured 78.6 / 78.8 either way.)
-// rms_norm's 16-bit rows that one CTA of 512 threads holds at 2 vectors per thread (or, MYOPS_ROW_BWD_SPLIT=1, a
-// cluster of up to 4 of 256: rr::bwd16_geo) take 2 (rr_bwd_geo; the dw sums
+// rms_norm's 16-bit rows that a cluster of up to 4 CTAs of 256 threads holds at 2 vectors per thread
+// (rr::bwd16_geo) take 2 (rr_bwd_geo; the dw sums
 // in shared memory, rr::ColSums, as layer_norm's), else 1 (up to 1024 threads). H200, bf16 forward+backward, % of
 // copy, two rounds, 1 -> 2: [16384, 4096] 86.1 / 86.2 -> 88.3 / 88.1, N = 1024 81.6 / 81.6 -> 82.0 / 82.0, N = 2048
 // 84.5 / 84.6 -> 86.4 / 86.2. add_rms_norm keeps 1 (113.0 -> 106.6, N = 1024 110.2 -> 102.7, N = 2048 113.8 ->
@@ -751,7 +751,8 @@ __global__ void __launch_bounds__(TPR, 2048 / TPR) rms_wide_f32_kernel(float* __
 // TPR = 0: rows of other widths at a run-time width (rr::wide_threads), 2 vectors a thread where a whole number of
 // warps up to 512 threads holds the row so, else 4 (5120: 320 x 2, 7168: 448 x 2, 12288: 384 x 4), where the register
 // kernel's forward trails torch.compile's: bf16 [9362, 7168] 94.1% of copy against 98.1, [5461, 12288] 95.7 against
-// 97.0 (H200, session 54). MYOPS_RMS_WIDE=2 takes it (A/B: not yet GPU-run).
+// 97.0 (H200, session 54). Measured behind (H200 bf16 forward, % of copy, session 55: the register kernel -> this
+// [13107, 5120] 96.7 -> 89.2, [9362, 7168] 94.1 -> 87.3, [5461, 12288] 96.0 -> 85.3): MYOPS_RMS_WIDE=2 takes it (A/B).
 template <class T, int TPR, int NV>
 __global__ void __launch_bounds__(TPR > 0 ? TPR : rr::kWideMaxThreads)
     rms_wide16_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
