@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device call: softmax's and log_softmax's misaligned rows (odd N: GPT-2's vocabulary of 50257, odd key lengths).
-# Builds, runs their test_misaligned_rows (mis_fwd_kernel and mis_bwd_kernel under MYOPS_SOFTMAX_MIS=1, in a
-# subprocess), then times the rows.cuh engine (MYOPS_SOFTMAX_MIS=0, the default) against those kernels (=1), forward
-# and forward+backward, bf16 and fp32, myops alone, then the default and =1 against eager and torch.compile at
+# Builds, runs their test_misaligned_rows and test_misaligned_layouts (mis_fwd_kernel and mis_bwd_kernel, and the
+# engine, in subprocesses), then times the rows.cuh engine (MYOPS_SOFTMAX_MIS=0) against those kernels (=1, the
+# default), forward and forward+backward, bf16 and fp32, myops alone, then both against eager and torch.compile at
 # [4096, 50257] (its backward: the engine's at both) and [65536, 1001].
 # Usage (device tool, from the checkout): bash benchmarks/softmax_mis.sh; SHAPES replaces the list; TESTS=0 skips the
 # tests.
@@ -23,7 +23,7 @@ for s in ${SHAPES-4096,50257 65536,1001 262144,127 16384,4095 2048,32769}; do
   for m in 0 1; do run "mis$m" "$s" myops "MYOPS_SOFTMAX_MIS=$m"; done
 done
 for s in 4096,50257 65536,1001; do
+  run mis0 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=0
   run default "$s" myops,eager,compile
-  run mis1 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=1
 done
 echo "-- $(( $(date +%s) - t0 )) s"

@@ -75,9 +75,11 @@ def test_staged_rows(sm):
 
 
 @pytest.mark.cuda
-def test_misaligned_rows(sm):
+@pytest.mark.parametrize("mis", ["1", "0"])
+def test_misaligned_rows(sm, mis):
     """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels
-    for them, mis_fwd_kernel and mis_bwd_kernel (MYOPS_SOFTMAX_MIS=1, read once: a subprocess): N under a vector (7,
+    for them, mis_fwd_kernel and mis_bwd_kernel (MYOPS_SOFTMAX_MIS=1, the default; 0: the rows.cuh engine, which
+    keeps longer rows; read once: a subprocess): N under a vector (7,
     13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA at 4 vectors
     a thread (fp32 1001, 8195, 32767 near 1024 threads) and, forward, at 8 (GPT-2's 50257, and 57343 near their limit;
     the backward's engine), -inf entries,
@@ -104,7 +106,7 @@ def test_misaligned_rows(sm):
             res += [y.detach().cpu(), dx.cpu()]
         OUTPUT.append(res)
     """
-    for (x, g), (y, dx, y_eager, dx_eager) in zip(cases, run_in_process(code, cases, {"MYOPS_SOFTMAX_MIS": "1"})):
+    for (x, g), (y, dx, y_eager, dx_eager) in zip(cases, run_in_process(code, cases, {"MYOPS_SOFTMAX_MIS": mis})):
         x64 = x.double().requires_grad_()
         y64 = sm.torch_fn(x64, -1)
         (dx64,) = torch.autograd.grad(y64, x64, g.double())
@@ -112,6 +114,47 @@ def test_misaligned_rows(sm):
         check_close(y, y64, x.dtype, what=f"output {what}")
         check_vs_eager(y, y_eager, y64, x.dtype, what=f"output {what}")
         check_vs_eager(dx, dx_eager, dx64, x.dtype, what=f"gradient {what}")
+
+
+@pytest.mark.cuda
+def test_misaligned_layouts(sm):
+    """Under MYOPS_SOFTMAX_MIS=1 (the default; a subprocess, whatever the environment says) misaligned rows give one result whatever their layout: the kernels'
+    sums follow each row's offset from a 16-byte boundary, so the registration layer copies operands laid out
+    otherwise than a fresh tensor (transposed, padded rows, off a boundary) into one. Forward and backward of each
+    layout of x and of the gradient bitwise equal to the contiguous ones, and torch.compile's gradient of a reduction
+    over dim 0 equal to eager's (it reached the backward strided where eager's was contiguous: 1 ulp off before)."""
+    cases = [(make_tensor(shape, dtype, "cpu", seed=shape[-1]), make_tensor(shape, dtype, "cpu", seed=shape[-1] + 1))
+             for shape in [(33, 9), (64, 13), (20, 1001), (3, 8195)] for dtype in (torch.float32, torch.bfloat16)]
+    code = f"""
+    def layouts(t):
+        t = t.cuda()
+        M, N = t.shape
+        yield t
+        yield t.t().contiguous().t()  # transposed: strided rows
+        yield t.new_empty(M, N + 3)[:, :N].copy_(t)  # padded rows
+        yield t.new_empty(M * N + 1)[1:].view(M, N).copy_(t)  # off a boundary
+    def run(f, x, g):
+        x = x.detach().requires_grad_()
+        y = f(x)
+        (dx,) = torch.autograd.grad(y, x, g)
+        return [y.detach().cpu(), dx.cpu()]
+    f = lambda x: ops.{sm.fn.__name__}(x, -1)
+    f0 = lambda x: ops.{sm.fn.__name__}(x, 0)
+    OUTPUT = []
+    for x, g in INPUTS:
+        OUTPUT.append([run(f, xl, gl) for xl in layouts(x) for gl in layouts(g)])
+        torch._dynamo.reset()
+        xt = x.t().contiguous().cuda()
+        gt = torch.empty_like(f0(xt)).copy_(g.t())  # (the output's strides, as check_compile's randn_like)
+        OUTPUT[-1].append(run(f0, xt, gt) + run(torch.compile(f0, fullgraph=True, dynamic=True), xt, gt))
+    """
+    for (x, g), res in zip(cases, run_in_process(code, cases, {"MYOPS_SOFTMAX_MIS": "1"})):
+        what = f"{tuple(x.shape)} {x.dtype}"
+        *runs, (y0, dx0, yc, dxc) = res
+        for i, (y, dx) in enumerate(runs):
+            assert torch.equal(y, runs[0][0]), f"output {what}, layouts {divmod(i, 4)}"
+            assert torch.equal(dx, runs[0][1]), f"gradient {what}, layouts {divmod(i, 4)}"
+        assert torch.equal(yc, y0) and torch.equal(dxc, dx0), f"torch.compile {what}"
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -384,8 +384,11 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
 // head (to its first 16-byte boundary) and tail (after its last whole vector), under VEC elements each, one element
 // a thread; the rest in 16-byte loads, NS vectors a thread, all issued before the fold; the fold, its reduction and
 // the outputs are fwd_kernel's (the same formulas, in the same order within a thread). blockDim.x threads a row: 32
-// and blockDim.y rows a CTA, or a multiple of 32 and one row (mis_fwd_geo). MYOPS_SOFTMAX_MIS=1 takes it (A/B: not
-// yet GPU-run).
+// and blockDim.y rows a CTA, or a multiple of 32 and one row (mis_fwd_geo). H200, forward / forward+backward, % of
+// copy (session 55, torch 2.11), the engine -> these: bf16 [65536, 1001] 17.1 / 19.9 -> 67.9 / 83.4 (eager 57.2 /
+// 46.1, torch.compile 78.4 / 81.4), fp32 32.9 / 30.4 -> 67.9 / 84.4, bf16 [16384, 4095] 16.3 / 19.3 -> 68.7 / 83.6,
+// bf16 [4096, 50257] 9.5 / 9.8 -> 48.7 / 14.6 (its backward on the engine: past mis_bwd_geo). MYOPS_SOFTMAX_MIS=0:
+// the engine (A/B).
 constexpr int kMisThreads = 1024, kMisThreads8 = 896, kMisRows = 8;
 // A 16-byte vector held as words (not an element array: 16-bit elements were given a register each, and bf16
 // spilled), its elements in acc_t.
@@ -515,10 +518,10 @@ __global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx
   });
   if (t < nx) dr[xi - h] = from_acc<T>(out(ge, ve));
 }
-// MYOPS_SOFTMAX_MIS: 1 misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel (where their
-// geometries hold the row), 0 (default) the rows.cuh engine. Read once.
+// MYOPS_SOFTMAX_MIS: 1 (default) misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel (where
+// their geometries hold the row, operands laid out as fresh tensors': mis_rows), 0 the rows.cuh engine. Read once.
 inline bool mis_fwd_on() {
-  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 0, [](int m) { return m == 0 || m == 1; });
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 1, [](int m) { return m == 0 || m == 1; });
   return v == 1;
 }
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
@@ -543,6 +546,18 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
 inline MisGeo mis_bwd_geo(int64_t M, int64_t N, int es) {
   const MisGeo g = mis_fwd_geo(M, N, es);
   return g.ns == 4 ? g : MisGeo{};
+}
+
+// Whether rows [M, N] of dtype take mis_fwd_kernel (bwd: mis_bwd_kernel) when every operand is laid out as a fresh
+// tensor's (contiguous from a 16-byte boundary): MYOPS_SOFTMAX_MIS on, N not a whole number of 16-byte vectors, and
+// the kernel's geometry holds the row. Their sums run in an order set by each row's offset from a 16-byte boundary
+// (the engine's by the column), so the registration layer (ops/softmax.h) copies operands of other layouts into
+// fresh tensors for them: one result whatever the layout (torch.compile hands the backward strided gradients where
+// eager's are contiguous).
+inline bool mis_rows(int64_t M, int64_t N, int dtype, bool bwd) {
+  const int es = dtype == MYOPS_F32 ? 4 : dtype == MYOPS_F16 || dtype == MYOPS_BF16 ? 2 : 0;
+  if (!mis_fwd_on() || M <= 0 || N <= 0 || es == 0 || N * es % 16 == 0) return false;
+  return (bwd ? mis_bwd_geo(M, N, es) : mis_fwd_geo(M, N, es)).ns != 0;
 }
 
 template <bool LOG>

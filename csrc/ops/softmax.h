@@ -14,14 +14,25 @@ struct SoftmaxKernels {
   using FwdCuda = int (*)(myops_out_operand, myops_operand, int64_t, int64_t, int, void*);
   using BwdCpu = int (*)(myops_out_operand, myops_operand, myops_operand, int64_t, int64_t, int);
   using BwdCuda = int (*)(myops_out_operand, myops_operand, myops_operand, int64_t, int64_t, int, void*);
+  using MisRows = int (*)(int64_t, int64_t, int, int);
   explicit SoftmaxKernels(const std::string& op)
       : fwd_cpu("myops_" + op + "_cpu"), fwd_cuda("myops_" + op + "_cuda"), bwd_cpu("myops_" + op + "_backward_cpu"),
-        bwd_cuda("myops_" + op + "_backward_cuda") {}
+        bwd_cuda("myops_" + op + "_backward_cuda"), mis_rows("myops_softmax_mis_rows") {}
   Kernel<FwdCpu> fwd_cpu;
   Kernel<FwdCuda> fwd_cuda;
   Kernel<BwdCpu> bwd_cpu;
   Kernel<BwdCuda> bwd_cuda;
+  Kernel<MisRows> mis_rows;  // (both ops': softmax.cu)
 };
+
+// v as the kernels see a fresh contiguous tensor (a copy of t, whose rows v views) where `fresh` (the rows take the
+// CUDA misaligned kernels, whose sums follow each row's offset from a 16-byte boundary: softmax.cuh's mis_rows) and
+// v is laid out otherwise (strided, padded, or off a boundary).
+inline RowsView fresh_rows(const at::Tensor& t, RowsView v, bool fresh) {
+  const bool as_fresh = v.op.col_stride == 1 && (v.M <= 1 || v.op.row_stride == v.N) &&
+                        reinterpret_cast<uintptr_t>(v.op.ptr) % 16 == 0;
+  return !fresh || as_fresh ? v : rows_view(t.clone(at::MemoryFormat::Contiguous));
+}
 
 inline int64_t softmax_dim(int64_t ndim, int64_t dim, const char* op) {
   const int64_t lim = std::max<int64_t>(ndim, 1);
@@ -41,7 +52,8 @@ inline at::Tensor softmax_forward(SoftmaxKernels& k, const char* op, const at::T
     if (x.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
       const c10::cuda::OptionalCUDAGuard guard(x.device());
-      check_status(k.fwd_cuda.get()(out_rows(y), v.op, v.M, v.N, dtype, current_stream(x)), op, "CUDA");
+      const RowsView xv = fresh_rows(x, v, k.mis_rows.get()(v.M, v.N, dtype, 0));
+      check_status(k.fwd_cuda.get()(out_rows(y), xv.op, v.M, v.N, dtype, current_stream(x)), op, "CUDA");
 #endif
     } else {
       const auto fn = k.fwd_cpu.get();
@@ -67,7 +79,9 @@ inline at::Tensor softmax_backward(SoftmaxKernels& k, const char* op, const at::
     if (y.is_cuda()) {
 #ifdef MYOPS_WITH_CUDA
       const c10::cuda::OptionalCUDAGuard guard(y.device());
-      check_status(k.bwd_cuda.get()(out_rows(dx), gv.op, yv.op, yv.M, yv.N, dtype, current_stream(y)), op, "CUDA");
+      const bool fresh = k.mis_rows.get()(yv.M, yv.N, dtype, 1);
+      const RowsView gf = fresh_rows(g, gv, fresh), yf = fresh_rows(y, yv, fresh);
+      check_status(k.bwd_cuda.get()(out_rows(dx), gf.op, yf.op, yv.M, yv.N, dtype, current_stream(y)), op, "CUDA");
 #endif
     } else {
       const auto fn = k.bwd_cpu.get();
