@@ -2,10 +2,11 @@
 # One device call: softmax's and log_softmax's misaligned rows (odd N: GPT-2's vocabulary of 50257, odd key lengths).
 # Builds, runs their test_misaligned_rows and test_misaligned_layouts (mis_fwd_kernel and mis_bwd_kernel, and the
 # engine, in subprocesses), then times the rows.cuh engine (MYOPS_SOFTMAX_MIS=0) against those kernels (=1, the
-# default), forward and forward+backward, bf16 and fp32, myops alone, then both against eager and torch.compile at
-# [4096, 50257] (its backward: the engine's at both) and [65536, 1001].
-# Usage (device tool, from the checkout): bash benchmarks/softmax_mis.sh; SHAPES replaces the list; TESTS=0 skips the
-# tests.
+# default) and against =2 (longer rows over clusters: fp32 50257 and 32769, 16-bit backward of 50257 and 32769),
+# forward and forward+backward, bf16 and fp32, myops alone, then all three against eager and torch.compile at
+# [4096, 50257] and [65536, 1001].
+# Usage (device tool, from the checkout): bash benchmarks/softmax_mis.sh 2>&1 | tee $OUT/mis.log (the reply keeps only
+# the output's last 12000 characters); SHAPES replaces the list; TESTS=0 skips the tests.
 set -uo pipefail
 source "$(dirname "$0")/device_build.sh"
 if [ "${TESTS:-1}" = 1 ]; then
@@ -20,10 +21,11 @@ run() {  # label shape impls [env...]
     sed "s/^/$label /"
 }
 for s in ${SHAPES-4096,50257 65536,1001 262144,127 16384,4095 2048,32769}; do
-  for m in 0 1; do run "mis$m" "$s" myops "MYOPS_SOFTMAX_MIS=$m"; done
+  for m in 0 1 2; do run "mis$m" "$s" myops "MYOPS_SOFTMAX_MIS=$m"; done
 done
 for s in 4096,50257 65536,1001; do
   run mis0 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=0
   run default "$s" myops,eager,compile
+  run mis2 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=2
 done
 echo "-- $(( $(date +%s) - t0 )) s"

@@ -75,19 +75,19 @@ def test_staged_rows(sm):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mis", ["1", "0"])
+@pytest.mark.parametrize("mis", ["1", "0", "2"])
 def test_misaligned_rows(sm, mis):
     """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels
     for them, mis_fwd_kernel and mis_bwd_kernel (MYOPS_SOFTMAX_MIS=1, the default; 0: the rows.cuh engine, which
-    keeps longer rows; read once: a subprocess): N under a vector (7,
-    13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA at 4 vectors
-    a thread (fp32 1001, 8195, 32767 near 1024 threads) and, forward, at 8 (GPT-2's 50257, and 57343 near their limit;
-    the backward's engine), -inf entries,
-    a row of -inf (NaN, as eager) and a NaN; fp32, bf16 and fp16: the output within TOL of float64, output and
-    gradient within twice eager's error on the GPU."""
+    keeps longer rows; 2: those over a cluster too, mis_fwd_cl_kernel and mis_bwd_cl_kernel: fp32 50257 forward on
+    7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8; read once: a subprocess): N under a
+    vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA
+    at 4 vectors a thread (fp32 1001, 8195, 32767 near 1024 threads) and, forward, at 8 (GPT-2's 50257, and 57343
+    near their limit; the backward's engine), -inf entries, a row of -inf (NaN, as eager) and a NaN; fp32, bf16 and
+    fp16: the output within TOL of float64, output and gradient within twice eager's error on the GPU."""
     cases = []
     for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (3, 8195), (2, 32767), (3, 50257),
-                  (2, 57343)]:
+                  (2, 57343), (2, 65535), (2, 131071)]:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             x = make_tensor(shape, dtype, "cpu", seed=shape[-1]) * 8
             if shape[0] > 3:
@@ -117,14 +117,17 @@ def test_misaligned_rows(sm, mis):
 
 
 @pytest.mark.cuda
-def test_misaligned_layouts(sm):
-    """Under MYOPS_SOFTMAX_MIS=1 (the default; a subprocess, whatever the environment says) misaligned rows give one result whatever their layout: the kernels'
-    sums follow each row's offset from a 16-byte boundary, so the registration layer copies operands laid out
-    otherwise than a fresh tensor (transposed, padded rows, off a boundary) into one. Forward and backward of each
-    layout of x and of the gradient bitwise equal to the contiguous ones, and torch.compile's gradient of a reduction
-    over dim 0 equal to eager's (it reached the backward strided where eager's was contiguous: 1 ulp off before)."""
+@pytest.mark.parametrize("mis", ["1", "2"])
+def test_misaligned_layouts(sm, mis):
+    """Under MYOPS_SOFTMAX_MIS=1 (the default) and 2 (rows of 50257 over clusters; a subprocess, whatever the
+    environment says) misaligned rows give one result whatever their layout: the kernels' sums follow each row's
+    offset from a 16-byte boundary, so the registration layer copies operands laid out otherwise than a fresh tensor
+    (transposed, padded rows, off a boundary) into one. Forward and backward of each layout of x and of the gradient
+    bitwise equal to the contiguous ones, and torch.compile's gradient of a reduction over dim 0 equal to eager's (it
+    reached the backward strided where eager's was contiguous: 1 ulp off before)."""
     cases = [(make_tensor(shape, dtype, "cpu", seed=shape[-1]), make_tensor(shape, dtype, "cpu", seed=shape[-1] + 1))
-             for shape in [(33, 9), (64, 13), (20, 1001), (3, 8195)] for dtype in (torch.float32, torch.bfloat16)]
+             for shape in [(33, 9), (64, 13), (20, 1001), (3, 8195)] + [(2, 50257)] * (mis == "2")
+             for dtype in (torch.float32, torch.bfloat16)]
     code = f"""
     def layouts(t):
         t = t.cuda()
@@ -148,7 +151,7 @@ def test_misaligned_layouts(sm):
         gt = torch.empty_like(f0(xt)).copy_(g.t())  # (the output's strides, as check_compile's randn_like)
         OUTPUT[-1].append(run(f0, xt, gt) + run(torch.compile(f0, fullgraph=True, dynamic=True), xt, gt))
     """
-    for (x, g), res in zip(cases, run_in_process(code, cases, {"MYOPS_SOFTMAX_MIS": "1"})):
+    for (x, g), res in zip(cases, run_in_process(code, cases, {"MYOPS_SOFTMAX_MIS": mis})):
         what = f"{tuple(x.shape)} {x.dtype}"
         *runs, (y0, dx0, yc, dxc) = res
         for i, (y, dx) in enumerate(runs):

@@ -412,17 +412,15 @@ template <class V, class Op> __device__ __forceinline__ V mis_reduce(V v, Op op,
   }
   return v;
 }
-template <class T, bool LOG, int NS>
-__global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
-    mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
-                   const T* __restrict__ x, int64_t xs,  // [M, N]
-                   int64_t M, int N) {
+// Row r of mis_fwd_kernel and mis_fwd_cl_kernel, as thread t of its tpr; reduce(v): v combined over the row's
+// threads by OnlineSoftmaxOp. live: r < M (a dead row of the last CTA loads nothing, stores nothing, but takes the
+// reductions).
+template <class T, bool LOG, int NS, class Reduce>
+__device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,        // [M, N]
+                                            const T* __restrict__ x, int64_t xs,  // [M, N]
+                                            int64_t r, bool live, int N, int t, int tpr, Reduce&& reduce) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
-  __shared__ Pair<A> red[32];
-  const int t = (int)threadIdx.x, tpr = (int)blockDim.x;
-  const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
-  const bool live = r < M;  // (a dead row of the last CTA loads nothing, stores nothing, but takes the shuffles)
   const T* xr = x + (live ? r : 0) * xs;
   const int h = live ? head_elems(xr, N) : 0;
   const int nv = live ? (N - h) / VEC : 0, nx = live ? N - nv * VEC : 0;  // (nx: head and tail, under 2 VEC)
@@ -444,7 +442,7 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
     const A a[1] = {xe};
     online_update<T, 1>(m, s, a, 1);
   }
-  const Pair<A> ms = mis_reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, red);
+  const Pair<A> ms = reduce(Pair<A>{m, s});
   if (!live) return;
   const A mx = ms.a, logs = log_of<T>(ms.b), inv = A(1) / ms.b;
   const auto out = [&](A a) -> A {
@@ -464,19 +462,50 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
     }
   if (t < nx) yr[xi - h] = from_acc<T>(out(xe));
 }
+template <class T, bool LOG, int NS>
+__global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
+    mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                   const T* __restrict__ x, int64_t xs,  // [M, N]
+                   int64_t M, int N) {
+  __shared__ Pair<acc_t<T>> red[32];
+  const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+  mis_fwd_row<T, LOG, NS>(y, ys, x, xs, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
+                          [&](Pair<acc_t<T>> v) { return mis_reduce(v, OnlineSoftmaxOp<T>{}, red); });
+}
+// Rows past mis_fwd_geo (16-bit N over 57344, fp32 over 28672): a row over a cluster of up to 8 CTAs of up to
+// kMisClThreads (mis_cl_geo), thread t of the row cluster rank * blockDim.x + threadIdx.x, 4 vectors a thread, the
+// reduction through distributed shared memory (rr::RowReduce); one row a cluster at a time (rr::Lane's row loop).
+// MYOPS_SOFTMAX_MIS=2 takes it (A/B: not yet GPU-run).
+constexpr int kMisClThreads = 512;
+// The clustered kernels' row loop: row(r, t, red) for each row r of this cluster, t its thread of the row's tpr, red
+// the row's reduction (every CTA of the cluster runs the same rows).
+template <class Row> __device__ __forceinline__ void mis_cl_rows(int64_t M, int tpr, Row&& row) {
+  __shared__ __align__(16) unsigned char red_buf[rr::kRedBytes];
+  const rr::Lane l(tpr);
+  rr::RowReduce red(red_buf, tpr);
+  for (int64_t r = l.first(); r < M; r += l.step()) row(r, l.t, red);
+}
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kMisClThreads) mis_fwd_cl_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                                   const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                                   int64_t M, int N, int tpr) {
+  using A = acc_t<T>;
+  mis_cl_rows(M, tpr, [&](int64_t r, int t, rr::RowReduce& red) {
+    mis_fwd_row<T, LOG, 4>(y, ys, x, xs, r, true, N, t, tpr, [&](Pair<A> v) {
+      return red(v, OnlineSoftmaxOp<T>{}, Pair<A>{neg_inf<A>(), A(0)});
+    });
+  });
+}
 // The backward of such rows (dy, y and dx of the same phase), as bwd_kernel: NS = 4 vectors of dy and of y a thread
 // (rows of up to 4096 vectors: 16-bit N up to 32768, fp32 16384; mis_bwd_geo), the row's sum, then dx.
-template <class T, bool LOG>
-__global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
-                                                              const T* __restrict__ dy, int64_t dys,  // [M, N]
-                                                              const T* __restrict__ y, int64_t ys,    // [M, N]
-                                                              int64_t M, int N) {
+// (Row r of mis_bwd_kernel and mis_bwd_cl_kernel, as mis_fwd_row; reduce: a sum over the row's threads.)
+template <class T, bool LOG, class Reduce>
+__device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,        // [M, N]
+                                            const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                            const T* __restrict__ y, int64_t ys,    // [M, N]
+                                            int64_t r, bool live, int N, int t, int tpr, Reduce&& reduce) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T), NS = 4;
-  __shared__ A red[32];
-  const int t = (int)threadIdx.x, tpr = (int)blockDim.x;
-  const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
-  const bool live = r < M;
   const T* gr = dy + (live ? r : 0) * dys;
   const T* vr = y + (live ? r : 0) * ys;
   const int h = live ? head_elems(gr, N) : 0;
@@ -507,7 +536,7 @@ __global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx
     for (int e = 0; e < VEC; ++e) acc += LOG ? a[e] : a[e] * b[e];
   });
   if (t < nx) acc += LOG ? ge : ge * ve;
-  const A k = mis_reduce(acc, rr::Sum{}, red);
+  const A k = reduce(acc);
   if (!live) return;
   const auto out = [&](A a, A b) -> A { return LOG ? a - exp_of<T>(b) * k : b * (a - k); };
   T* dr = dx + r * dxs + h;  // [nv VEC] (the same h)
@@ -518,12 +547,36 @@ __global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx
   });
   if (t < nx) dr[xi - h] = from_acc<T>(out(ge, ve));
 }
-// MYOPS_SOFTMAX_MIS: 1 (default) misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel (where
-// their geometries hold the row, operands laid out as fresh tensors': mis_rows), 0 the rows.cuh engine. Read once.
-inline bool mis_fwd_on() {
-  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 1, [](int m) { return m == 0 || m == 1; });
-  return v == 1;
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+                                                              const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                              const T* __restrict__ y, int64_t ys,    // [M, N]
+                                                              int64_t M, int N) {
+  __shared__ acc_t<T> red[32];
+  const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+  mis_bwd_row<T, LOG>(dx, dxs, dy, dys, y, ys, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
+                      [&](acc_t<T> v) { return mis_reduce(v, rr::Sum{}, red); });
 }
+// Rows past mis_bwd_geo (16-bit N over 32768, fp32 over 16384) over a cluster, as mis_fwd_cl_kernel
+// (MYOPS_SOFTMAX_MIS=2; A/B: not yet GPU-run).
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kMisClThreads) mis_bwd_cl_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+                                                                   const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                                   const T* __restrict__ y, int64_t ys,    // [M, N]
+                                                                   int64_t M, int N, int tpr) {
+  using A = acc_t<T>;
+  mis_cl_rows(M, tpr, [&](int64_t r, int t, rr::RowReduce& red) {
+    mis_bwd_row<T, LOG>(dx, dxs, dy, dys, y, ys, r, true, N, t, tpr, [&](A v) { return red(v, rr::Sum{}, A(0)); });
+  });
+}
+// MYOPS_SOFTMAX_MIS: 1 (default) misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel (where
+// their geometries hold the row, operands laid out as fresh tensors': mis_rows), 2 longer rows too on
+// mis_fwd_cl_kernel and mis_bwd_cl_kernel (clusters), 0 the rows.cuh engine. Read once.
+inline int mis_mode() {
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 1, [](int m) { return m >= 0 && m <= 2; });
+  return v;
+}
+inline bool mis_fwd_on() { return mis_mode() >= 1; }
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
 // elements, GPT-2's 50257 included; 0: neither) and threads a row for rows of N elements of es bytes: the fewest
 // warps that hold the row's vectors. (ptxas, sm_90a: 32-65 registers but bf16 at 8 vectors, which spilled 36 bytes
@@ -548,6 +601,22 @@ inline MisGeo mis_bwd_geo(int64_t M, int64_t N, int es) {
   return g.ns == 4 ? g : MisGeo{};
 }
 
+// mis_fwd_cl_kernel's and mis_bwd_cl_kernel's (MYOPS_SOFTMAX_MIS=2): the fewest CTAs of up to kMisClThreads that hold
+// the row at 4 vectors a thread, 2 to 8 of them (16-bit rows of up to 131072 elements, fp32 65536), each the fewest
+// warps that hold its share. ns = 0: none (one CTA holds the row, or 8 do not).
+inline rr::Geo mis_cl_geo(int64_t N, int es) {
+  rr::Geo g;
+  const int64_t thr = ceil_div(ceil_div(N, (int64_t)(16 / es)), (int64_t)4);  // the row's threads
+  const int64_t c = ceil_div(thr, (int64_t)kMisClThreads);
+  if (mis_mode() != 2 || c < 2 || c > rr::kMaxCluster) return g;
+  g.ns = 4;
+  g.cluster = (int)c;
+  g.rows = 1;
+  g.threads = (int)ceil_div(ceil_div(thr, c), (int64_t)32) * 32;
+  g.tpr = g.threads * g.cluster;
+  return g;
+}
+
 // Whether rows [M, N] of dtype take mis_fwd_kernel (bwd: mis_bwd_kernel) when every operand is laid out as a fresh
 // tensor's (contiguous from a 16-byte boundary): MYOPS_SOFTMAX_MIS on, N not a whole number of 16-byte vectors, and
 // the kernel's geometry holds the row. Their sums run in an order set by each row's offset from a 16-byte boundary
@@ -557,7 +626,7 @@ inline MisGeo mis_bwd_geo(int64_t M, int64_t N, int es) {
 inline bool mis_rows(int64_t M, int64_t N, int dtype, bool bwd) {
   const int es = dtype == MYOPS_F32 ? 4 : dtype == MYOPS_F16 || dtype == MYOPS_BF16 ? 2 : 0;
   if (!mis_fwd_on() || M <= 0 || N <= 0 || es == 0 || N * es % 16 == 0) return false;
-  return (bwd ? mis_bwd_geo(M, N, es) : mis_fwd_geo(M, N, es)).ns != 0;
+  return (bwd ? mis_bwd_geo(M, N, es) : mis_fwd_geo(M, N, es)).ns != 0 || mis_cl_geo(N, es).ns != 0;
 }
 
 template <bool LOG>
@@ -616,6 +685,11 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
         };
         return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4>) : go(mis_fwd_kernel<T, LOG, 8>);
       }
+      const rr::Geo gc = mis_cl_geo(N, es);
+      if (gc.ns && same_phase(x.ptr, x.row_stride, x.col_stride, y.ptr, y.row_stride, y.col_stride, M, es))
+        return rr::launch(gc, rr::cover_grid(gc, M), mis_fwd_cl_kernel<T, LOG>, static_cast<cudaStream_t>(stream),
+                          static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, M,
+                          (int)N, gc.tpr);
     }
     Plan p = make_plan(M, N, es, 1, 0, 0, true);
     auto kernel = fwd_kernel<T, LOG>;
@@ -655,6 +729,11 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
             static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
         return launch_status();
       }
+      const rr::Geo gc = mis_cl_geo(N, es);
+      if (gc.ns && phased)
+        return rr::launch(gc, rr::cover_grid(gc, M), mis_bwd_cl_kernel<T, LOG>, static_cast<cudaStream_t>(stream),
+                          static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(dy.ptr), dy.row_stride,
+                          static_cast<const T*>(y.ptr), y.row_stride, M, (int)N, gc.tpr);
     }
     Plan p = make_plan(M, N, es, LOG ? 1 : 2, 0, 0, true);
     auto kernel = bwd_kernel<T, LOG>;
