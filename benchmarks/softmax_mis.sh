@@ -2,7 +2,8 @@
 # One device call: softmax's and log_softmax's misaligned rows (odd N: GPT-2's vocabulary of 50257, odd key lengths).
 # Builds, runs their test_misaligned_rows and test_misaligned_layouts (mis_fwd_kernel and mis_bwd_kernel, and the
 # engine, in subprocesses), then times the rows.cuh engine (MYOPS_SOFTMAX_MIS=0) against those kernels (=1, the
-# default) and against =2 (longer rows over clusters: fp32 50257 and 32769, 16-bit backward of 50257 and 32769),
+# default), against =2 (longer rows over clusters: fp32 50257 and 32769, 16-bit backward of 50257 and 32769) and =3
+# (clusters for every row of over 512 threads at 4 vectors: 16-bit 50257's forward on 4 CTAs, not 1 of 8 vectors),
 # forward and forward+backward, bf16 and fp32, myops alone, then all three against eager and torch.compile at
 # [4096, 50257] and [65536, 1001].
 # Usage (device tool, from the checkout): bash benchmarks/softmax_mis.sh 2>&1 | tee $OUT/mis.log (the reply keeps only
@@ -21,7 +22,7 @@ run() {  # label shape impls [env...]
     sed "s/^/$label /"
 }
 for s in ${SHAPES-4096,50257 65536,1001 262144,127 16384,4095 2048,32769}; do
-  for m in 0 1 2; do run "mis$m" "$s" myops "MYOPS_SOFTMAX_MIS=$m"; done
+  for m in 0 1 2 3; do run "mis$m" "$s" myops "MYOPS_SOFTMAX_MIS=$m"; done
 done
 for s in 4096,50257 65536,1001; do
   run mis0 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=0

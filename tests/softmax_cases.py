@@ -75,12 +75,13 @@ def test_staged_rows(sm):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mis", ["1", "0", "2"])
+@pytest.mark.parametrize("mis", ["1", "0", "2", "3"])
 def test_misaligned_rows(sm, mis):
     """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels
     for them, mis_fwd_kernel and mis_bwd_kernel (MYOPS_SOFTMAX_MIS=1, the default; 0: the rows.cuh engine, which
     keeps longer rows; 2: those over a cluster too, mis_fwd_cl_kernel and mis_bwd_cl_kernel: fp32 50257 forward on
-    7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8; read once: a subprocess): N under a
+    7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8; 3: every row of over 512 threads on
+    them, fp32 8195 and 16-bit 32767 on 2; read once: a subprocess): N under a
     vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA
     at 4 vectors a thread (fp32 1001, 8195, 32767 near 1024 threads) and, forward, at 8 (GPT-2's 50257, and 57343
     near their limit; the backward's engine), -inf entries, a row of -inf (NaN, as eager) and a NaN; fp32, bf16 and

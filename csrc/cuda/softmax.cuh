@@ -475,7 +475,7 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
 // Rows past mis_fwd_geo (16-bit N over 57344, fp32 over 28672): a row over a cluster of up to 8 CTAs of up to
 // kMisClThreads (mis_cl_geo), thread t of the row cluster rank * blockDim.x + threadIdx.x, 4 vectors a thread, the
 // reduction through distributed shared memory (rr::RowReduce); one row a cluster at a time (rr::Lane's row loop).
-// MYOPS_SOFTMAX_MIS=2 takes it (A/B: not yet GPU-run).
+// MYOPS_SOFTMAX_MIS=2 takes it, =3 every row of over kMisClThreads threads too (A/B: not yet GPU-run).
 constexpr int kMisClThreads = 512;
 // The clustered kernels' row loop: row(r, t, red) for each row r of this cluster, t its thread of the row's tpr, red
 // the row's reduction (every CTA of the cluster runs the same rows).
@@ -571,9 +571,11 @@ __global__ void __launch_bounds__(kMisClThreads) mis_bwd_cl_kernel(T* __restrict
 }
 // MYOPS_SOFTMAX_MIS: 1 (default) misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel (where
 // their geometries hold the row, operands laid out as fresh tensors': mis_rows), 2 longer rows too on
-// mis_fwd_cl_kernel and mis_bwd_cl_kernel (clusters), 0 the rows.cuh engine. Read once.
+// mis_fwd_cl_kernel and mis_bwd_cl_kernel (clusters), 3 every row of over kMisClThreads threads at 4 vectors on those
+// (where one CTA of 8 vectors holds 16-bit rows of up to 57344, one row an SM at 72 registers), 0 the rows.cuh
+// engine. Read once.
 inline int mis_mode() {
-  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 1, [](int m) { return m >= 0 && m <= 2; });
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 1, [](int m) { return m >= 0 && m <= 3; });
   return v;
 }
 inline bool mis_fwd_on() { return mis_mode() >= 1; }
@@ -601,14 +603,14 @@ inline MisGeo mis_bwd_geo(int64_t M, int64_t N, int es) {
   return g.ns == 4 ? g : MisGeo{};
 }
 
-// mis_fwd_cl_kernel's and mis_bwd_cl_kernel's (MYOPS_SOFTMAX_MIS=2): the fewest CTAs of up to kMisClThreads that hold
+// mis_fwd_cl_kernel's and mis_bwd_cl_kernel's (MYOPS_SOFTMAX_MIS=2 or 3): the fewest CTAs of up to kMisClThreads that hold
 // the row at 4 vectors a thread, 2 to 8 of them (16-bit rows of up to 131072 elements, fp32 65536), each the fewest
 // warps that hold its share. ns = 0: none (one CTA holds the row, or 8 do not).
 inline rr::Geo mis_cl_geo(int64_t N, int es) {
   rr::Geo g;
   const int64_t thr = ceil_div(ceil_div(N, (int64_t)(16 / es)), (int64_t)4);  // the row's threads
   const int64_t c = ceil_div(thr, (int64_t)kMisClThreads);
-  if (mis_mode() != 2 || c < 2 || c > rr::kMaxCluster) return g;
+  if (mis_mode() < 2 || c < 2 || c > rr::kMaxCluster) return g;
   g.ns = 4;
   g.cluster = (int)c;
   g.rows = 1;
@@ -672,10 +674,10 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
       });
     }
     if constexpr (es != 8) {  // misaligned rows (the register kernels took the aligned ones)
-      const MisGeo gm = mis_fwd_on() && same_phase(x.ptr, x.row_stride, x.col_stride, y.ptr, y.row_stride,
-                                                   y.col_stride, M, es)
-                            ? mis_fwd_geo(M, N, es)
-                            : MisGeo{};
+      const bool phased =
+          mis_fwd_on() && same_phase(x.ptr, x.row_stride, x.col_stride, y.ptr, y.row_stride, y.col_stride, M, es);
+      const rr::Geo gc = phased ? mis_cl_geo(N, es) : rr::Geo{};
+      const MisGeo gm = phased && !(gc.ns && mis_mode() == 3) ? mis_fwd_geo(M, N, es) : MisGeo{};
       if (gm.ns) {
         const auto go = [&](auto kernel) {
           kernel<<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
@@ -685,8 +687,7 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
         };
         return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4>) : go(mis_fwd_kernel<T, LOG, 8>);
       }
-      const rr::Geo gc = mis_cl_geo(N, es);
-      if (gc.ns && same_phase(x.ptr, x.row_stride, x.col_stride, y.ptr, y.row_stride, y.col_stride, M, es))
+      if (gc.ns)
         return rr::launch(gc, rr::cover_grid(gc, M), mis_fwd_cl_kernel<T, LOG>, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, M,
                           (int)N, gc.tpr);
@@ -721,7 +722,8 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
       const bool phased =
           same_phase(dy.ptr, dy.row_stride, dy.col_stride, dx.ptr, dx.row_stride, dx.col_stride, M, es) &&
           same_phase(y.ptr, y.row_stride, y.col_stride, dx.ptr, dx.row_stride, dx.col_stride, M, es);
-      const MisGeo gm = mis_fwd_on() && phased ? mis_bwd_geo(M, N, es) : MisGeo{};
+      const rr::Geo gc = mis_fwd_on() && phased ? mis_cl_geo(N, es) : rr::Geo{};
+      const MisGeo gm = mis_fwd_on() && phased && !(gc.ns && mis_mode() == 3) ? mis_bwd_geo(M, N, es) : MisGeo{};
       if (gm.ns) {
         mis_bwd_kernel<T, LOG><<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
                                  static_cast<cudaStream_t>(stream)>>>(
@@ -729,8 +731,7 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
             static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
         return launch_status();
       }
-      const rr::Geo gc = mis_cl_geo(N, es);
-      if (gc.ns && phased)
+      if (gc.ns)
         return rr::launch(gc, rr::cover_grid(gc, M), mis_bwd_cl_kernel<T, LOG>, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(dy.ptr), dy.row_stride,
                           static_cast<const T*>(y.ptr), y.row_stride, M, (int)N, gc.tpr);
