@@ -80,15 +80,16 @@ def test_misaligned_rows(sm, mis):
     """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels
     for them, mis_fwd_kernel and mis_bwd_kernel (MYOPS_SOFTMAX_MIS=1, the default; 0: the rows.cuh engine, which
     keeps longer rows; 2: those over a cluster too, mis_fwd_cl_kernel and mis_bwd_cl_kernel: fp32 50257 forward on
-    7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8; 3: every row of over 512 threads on
-    them, fp32 8195 and 16-bit 32767 on 2; read once: a subprocess): N under a
-    vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA
-    at 4 vectors a thread (fp32 1001, 8195, 32767 near 1024 threads) and, forward, at 8 (GPT-2's 50257, and 57343
-    near their limit; the backward's engine), -inf entries, a row of -inf (NaN, as eager) and a NaN; fp32, bf16 and
-    fp16: the output within TOL of float64, output and gradient within twice eager's error on the GPU."""
+    7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8, 80 rows of 50257 for more rows than the
+    clusters that fit; 3: every row of over 512 threads on them, fp32 8195 and 16-bit 32767 on 2; read once: a
+    subprocess): N under a vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit
+    1001 too), rows of a CTA at 4 vectors a thread (fp32 1001 and 8195, 16-bit 32767 near 1024 threads) and,
+    forward, at 8 (16-bit 50257, and 57343 near their limit; the backward's engine), -inf entries, a row of -inf
+    (NaN, as eager) and a NaN (every shape of 4 rows or more); fp32, bf16 and fp16: the output within TOL of
+    float64, output and gradient within twice eager's error on the GPU."""
     cases = []
-    for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (3, 8195), (2, 32767), (3, 50257),
-                  (2, 57343), (2, 65535), (2, 131071)]:
+    for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (4, 8195), (4, 32767), (80, 50257),
+                  (4, 57343), (4, 65535), (4, 131071)]:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             x = make_tensor(shape, dtype, "cpu", seed=shape[-1]) * 8
             if shape[0] > 3:
@@ -128,13 +129,13 @@ def test_misaligned_layouts(sm, mis):
     reached the backward strided where eager's was contiguous: 1 ulp off before)."""
     cases = [(make_tensor(shape, dtype, "cpu", seed=shape[-1]), make_tensor(shape, dtype, "cpu", seed=shape[-1] + 1))
              for shape in [(33, 9), (64, 13), (20, 1001), (3, 8195)] + [(2, 50257)] * (mis == "2")
-             for dtype in (torch.float32, torch.bfloat16)]
+             for dtype in (torch.float32, torch.bfloat16, torch.float16)]
     code = f"""
     def layouts(t):
         t = t.cuda()
         M, N = t.shape
         yield t
-        yield t.t().contiguous().t()  # transposed: strided rows
+        yield t.t().contiguous().t()  # transposed: strided columns
         yield t.new_empty(M, N + 3)[:, :N].copy_(t)  # padded rows
         yield t.new_empty(M * N + 1)[1:].view(M, N).copy_(t)  # off a boundary
     def run(f, x, g):

@@ -15,6 +15,6 @@ extern "C" int myops_softmax_backward_cuda(myops_out_operand dx, myops_operand d
 
 // softmax::mis_rows for the registration layer (softmax's and log_softmax's: one geometry): 1 where rows [M, N] of
 // dtype take the misaligned kernels once their operands are laid out as fresh tensors', else 0.
-extern "C" int myops_softmax_mis_rows(int64_t M, int64_t N, int dtype, int bwd) {
+extern "C" int myops_softmax_mis_rows_cuda(int64_t M, int64_t N, int dtype, int bwd) {
   return softmax::mis_rows(M, N, dtype, bwd != 0) ? 1 : 0;
 }

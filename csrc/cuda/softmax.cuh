@@ -474,7 +474,8 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
 }
 // Rows past mis_fwd_geo (16-bit N over 57344, fp32 over 28672): a row over a cluster of up to 8 CTAs of up to
 // kMisClThreads (mis_cl_geo), thread t of the row cluster rank * blockDim.x + threadIdx.x, 4 vectors a thread, the
-// reduction through distributed shared memory (rr::RowReduce); one row a cluster at a time (rr::Lane's row loop).
+// reduction through distributed shared memory (rr::RowReduce); a persistent grid of the clusters that fit, each
+// looping over rows (rr::Lane's row loop).
 // MYOPS_SOFTMAX_MIS=2 takes it, =3 every row of over kMisClThreads threads too (A/B: not yet GPU-run).
 constexpr int kMisClThreads = 512;
 // The clustered kernels' row loop: row(r, t, red) for each row r of this cluster, t its thread of the row's tpr, red
@@ -623,8 +624,9 @@ inline rr::Geo mis_cl_geo(int64_t N, int es) {
 // tensor's (contiguous from a 16-byte boundary): MYOPS_SOFTMAX_MIS on, N not a whole number of 16-byte vectors, and
 // the kernel's geometry holds the row. Their sums run in an order set by each row's offset from a 16-byte boundary
 // (the engine's by the column), so the registration layer (ops/softmax.h) copies operands of other layouts into
-// fresh tensors for them: one result whatever the layout (torch.compile hands the backward strided gradients where
-// eager's are contiguous).
+// fresh tensors for them: one result whatever the layout of a tensor of one shape, where torch.compile hands the
+// backward strided gradients and eager contiguous ones. (Row r's offset is r N es mod 16: a slice of rows can round
+// otherwise.)
 inline bool mis_rows(int64_t M, int64_t N, int dtype, bool bwd) {
   const int es = dtype == MYOPS_F32 ? 4 : dtype == MYOPS_F16 || dtype == MYOPS_BF16 ? 2 : 0;
   if (!mis_fwd_on() || M <= 0 || N <= 0 || es == 0 || N * es % 16 == 0) return false;
@@ -687,8 +689,10 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
         };
         return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4>) : go(mis_fwd_kernel<T, LOG, 8>);
       }
-      if (gc.ns)
-        return rr::launch(gc, rr::cover_grid(gc, M), mis_fwd_cl_kernel<T, LOG>, static_cast<cudaStream_t>(stream),
+      // (a persistent grid of the clusters that fit; none: the engine)
+      const int64_t grid = gc.ns ? rr::resident_grid(gc, mis_fwd_cl_kernel<T, LOG>, M) : -1;
+      if (grid > 0)
+        return rr::launch(gc, grid, mis_fwd_cl_kernel<T, LOG>, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, M,
                           (int)N, gc.tpr);
     }
@@ -731,8 +735,9 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
             static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
         return launch_status();
       }
-      if (gc.ns)
-        return rr::launch(gc, rr::cover_grid(gc, M), mis_bwd_cl_kernel<T, LOG>, static_cast<cudaStream_t>(stream),
+      const int64_t grid = gc.ns ? rr::resident_grid(gc, mis_bwd_cl_kernel<T, LOG>, M) : -1;
+      if (grid > 0)
+        return rr::launch(gc, grid, mis_bwd_cl_kernel<T, LOG>, static_cast<cudaStream_t>(stream),
                           static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(dy.ptr), dy.row_stride,
                           static_cast<const T*>(y.ptr), y.row_stride, M, (int)N, gc.tpr);
     }

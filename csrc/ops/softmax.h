@@ -17,7 +17,7 @@ struct SoftmaxKernels {
   using MisRows = int (*)(int64_t, int64_t, int, int);
   explicit SoftmaxKernels(const std::string& op)
       : fwd_cpu("myops_" + op + "_cpu"), fwd_cuda("myops_" + op + "_cuda"), bwd_cpu("myops_" + op + "_backward_cpu"),
-        bwd_cuda("myops_" + op + "_backward_cuda"), mis_rows("myops_softmax_mis_rows") {}
+        bwd_cuda("myops_" + op + "_backward_cuda"), mis_rows("myops_softmax_mis_rows_cuda") {}
   Kernel<FwdCpu> fwd_cpu;
   Kernel<FwdCuda> fwd_cuda;
   Kernel<BwdCpu> bwd_cpu;
