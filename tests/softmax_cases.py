@@ -75,18 +75,19 @@ def test_staged_rows(sm):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mis", ["1", "0", "2", "3"])
+@pytest.mark.parametrize("mis", ["1", "0", "2", "3", "1,2p", "3,2p"])
 def test_misaligned_rows(sm, mis):
     """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels
     for them, mis_fwd_kernel and mis_bwd_kernel (MYOPS_SOFTMAX_MIS=1, the default; 0: the rows.cuh engine, which
     keeps longer rows; 2: those over a cluster too, mis_fwd_cl_kernel and mis_bwd_cl_kernel: fp32 50257 forward on
     7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8, 80 rows of 50257 for more rows than the
-    clusters that fit; 3: every row of over 512 threads on them, fp32 8195 and 16-bit 32767 on 2; read once: a
-    subprocess): N under a vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit
-    1001 too), rows of a CTA at 4 vectors a thread (fp32 1001 and 8195, 16-bit 32767 near 1024 threads) and,
-    forward, at 8 (16-bit 50257, and 57343 near their limit; the backward's engine), -inf entries, a row of -inf
-    (NaN, as eager) and a NaN (every shape of 4 rows or more); fp32, bf16 and fp16: the output within TOL of
-    float64, output and gradient within twice eager's error on the GPU."""
+    clusters that fit; 3: every row of over 512 threads on them, fp32 8195 and 16-bit 32767 on 2; ",2p": with
+    MYOPS_SOFTMAX_MIS_2P=1, the forward's statistics in two exact passes; read once: a subprocess): N under a
+    vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA
+    at 4 vectors a thread (fp32 1001 and 8195, 16-bit 32767 near 1024 threads) and, forward, at 8 (16-bit 50257,
+    and 57343 near their limit; the backward's engine), -inf entries, a row of -inf (NaN, as eager) and a NaN
+    (every shape of 4 rows or more); fp32, bf16 and fp16: the output within TOL of float64, output and gradient
+    within twice eager's error on the GPU."""
     cases = []
     for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (4, 8195), (4, 32767), (80, 50257),
                   (4, 57343), (4, 65535), (4, 131071)]:
@@ -108,7 +109,8 @@ def test_misaligned_rows(sm, mis):
             res += [y.detach().cpu(), dx.cpu()]
         OUTPUT.append(res)
     """
-    for (x, g), (y, dx, y_eager, dx_eager) in zip(cases, run_in_process(code, cases, {"MYOPS_SOFTMAX_MIS": mis})):
+    env = {"MYOPS_SOFTMAX_MIS": mis[0], "MYOPS_SOFTMAX_MIS_2P": "1" if "2p" in mis else "0"}
+    for (x, g), (y, dx, y_eager, dx_eager) in zip(cases, run_in_process(code, cases, env)):
         x64 = x.double().requires_grad_()
         y64 = sm.torch_fn(x64, -1)
         (dx64,) = torch.autograd.grad(y64, x64, g.double())

@@ -412,10 +412,13 @@ template <class V, class Op> __device__ __forceinline__ V mis_reduce(V v, Op op,
   }
   return v;
 }
-// Row r of mis_fwd_kernel and mis_fwd_cl_kernel, as thread t of its tpr; reduce(v): v combined over the row's
-// threads by OnlineSoftmaxOp. live: r < M (a dead row of the last CTA loads nothing, stores nothing, but takes the
-// reductions).
-template <class T, bool LOG, int NS, class Reduce>
+// Row r of mis_fwd_kernel and mis_fwd_cl_kernel, as thread t of its tpr; reduce(v, op, identity, k): v combined over
+// the row's threads by op (k: the row's k-th reduction). live: r < M (a dead row of the last CTA loads nothing,
+// stores nothing, but takes the reductions). The statistics: the online (max, sum of exp) pair in one reduction, as
+// the engine's fwd_kernel (a rescale per vector where the maximum grows); TWO: the register kernels' exact two
+// passes, the max, then the sum of exp(x - max) (no rescales, one more reduction; MYOPS_SOFTMAX_MIS_2P=1, A/B: not
+// yet GPU-run).
+template <class T, bool LOG, int NS, bool TWO, class Reduce>
 __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,        // [M, N]
                                             const T* __restrict__ x, int64_t xs,  // [M, N]
                                             int64_t r, bool live, int N, int t, int tpr, Reduce&& reduce) {
@@ -431,46 +434,75 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
     if (t + k * tpr < nv) v[k] = xv[t + k * tpr];
   const int xi = t < h ? t : nv * VEC + t;  // this thread's extra column: the head's t, or the tail's t - h
   const A xe = t < nx ? to_acc(xr[xi]) : A(0);
-  A m = neg_inf<A>(), s = A(0);
+  // f(k, a) for each of this thread's vectors k in the row, a its elements in acc_t
+  const auto each = [&](auto&& f) {
 #pragma unroll
-  for (int k = 0; k < NS; ++k) {
-    A a[VEC];
-    word_vec<T>(v[k], a);
-    online_update<T, VEC>(m, s, a, t + k * tpr < nv ? VEC : 0);
-  }
-  if (t < nx) {
-    const A a[1] = {xe};
-    online_update<T, 1>(m, s, a, 1);
-  }
-  const Pair<A> ms = reduce(Pair<A>{m, s});
-  if (!live) return;
-  const A mx = ms.a, logs = log_of<T>(ms.b), inv = A(1) / ms.b;
-  const auto out = [&](A a) -> A {
-    if constexpr (LOG) return (a - mx) - logs;  // not a - (mx + logs): that rounds at mx's magnitude
-    else if constexpr (sizeof(T) == 2) return exp_of<T>(a - mx) * inv;  // the rounding to T hides 1 ulp
-    else return exp_of<T>(a - mx) / ms.b;
+    for (int k = 0; k < NS; ++k)
+      if (t + k * tpr < nv) {
+        A a[VEC];
+        word_vec<T>(v[k], a);
+        f(k, a);
+      }
   };
-  T* yr = y + r * ys + h;  // [nv VEC] (y's row as far from a boundary as x's: the same h)
+  A mx, sum;  // the row's max and its sum of exp(x - max) (TWO: exp(x - exp_shift(max)))
+  if constexpr (TWO) {
+    A m = neg_inf<A>(), s = A(0);  // (NaN: skipped by the max, then the sum's exp makes it NaN)
+    each([&](int, A(&a)[VEC]) {
 #pragma unroll
-  for (int k = 0; k < NS; ++k)
-    if (t + k * tpr < nv) {
+      for (int e = 0; e < VEC; ++e) m = a[e] > m ? a[e] : m;
+    });
+    if (t < nx) m = xe > m ? xe : m;
+    mx = reduce(m, rr::Max{}, neg_inf<A>(), 0);
+    const A ms = rr::exp_shift(mx);  // (a row of -inf: 0, so its exps are 0 and its outputs NaN, as eager's)
+    each([&](int, A(&a)[VEC]) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s += exp_of<T>(a[e] - ms);
+    });
+    if (t < nx) s += exp_of<T>(xe - ms);
+    sum = reduce(s, rr::Sum{}, A(0), 1);
+  } else {
+    A m = neg_inf<A>(), s = A(0);
+#pragma unroll
+    for (int k = 0; k < NS; ++k) {
       A a[VEC];
       word_vec<T>(v[k], a);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) a[e] = out(a[e]);
-      rr::store(yr, (t + k * tpr) * VEC, a);
+      online_update<T, VEC>(m, s, a, t + k * tpr < nv ? VEC : 0);
     }
+    if (t < nx) {
+      const A a[1] = {xe};
+      online_update<T, 1>(m, s, a, 1);
+    }
+    const Pair<A> ms = reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, Pair<A>{neg_inf<A>(), A(0)}, 0);
+    mx = ms.a;
+    sum = ms.b;
+  }
+  if (!live) return;
+  const A xs0 = TWO ? rr::exp_shift(mx) : mx;  // what the exps were taken against
+  const A logs = log_of<T>(sum), inv = A(1) / sum;
+  const auto out = [&](A a) -> A {
+    if constexpr (LOG) return (a - mx) - logs;  // not a - (mx + logs): that rounds at mx's magnitude
+    else if constexpr (sizeof(T) == 2) return exp_of<T>(a - xs0) * inv;  // the rounding to T hides 1 ulp
+    else return exp_of<T>(a - xs0) / sum;
+  };
+  T* yr = y + r * ys + h;  // [nv VEC] (y's row as far from a boundary as x's: the same h)
+  each([&](int k, A(&a)[VEC]) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) a[e] = out(a[e]);
+    rr::store(yr, (t + k * tpr) * VEC, a);
+  });
   if (t < nx) yr[xi - h] = from_acc<T>(out(xe));
 }
-template <class T, bool LOG, int NS>
+template <class T, bool LOG, int NS, bool TWO>
 __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
     mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                    const T* __restrict__ x, int64_t xs,  // [M, N]
                    int64_t M, int N) {
-  __shared__ Pair<acc_t<T>> red[32];
+  using A = acc_t<T>;
+  using Red = std::conditional_t<TWO, A, Pair<A>>;
+  __shared__ Red red[TWO ? 2 : 1][32];  // (one row a CTA over 32 threads: TWO's two reductions, a slot set each)
   const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
-  mis_fwd_row<T, LOG, NS>(y, ys, x, xs, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
-                          [&](Pair<acc_t<T>> v) { return mis_reduce(v, OnlineSoftmaxOp<T>{}, red); });
+  mis_fwd_row<T, LOG, NS, TWO>(y, ys, x, xs, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
+                               [&](auto v, auto op, auto, int k) { return mis_reduce(v, op, red[k]); });
 }
 // Rows past mis_fwd_geo (16-bit N over 57344, fp32 over 28672): a row over a cluster of up to 8 CTAs of up to
 // kMisClThreads (mis_cl_geo), thread t of the row cluster rank * blockDim.x + threadIdx.x, 4 vectors a thread, the
@@ -486,15 +518,13 @@ template <class Row> __device__ __forceinline__ void mis_cl_rows(int64_t M, int 
   rr::RowReduce red(red_buf, tpr);
   for (int64_t r = l.first(); r < M; r += l.step()) row(r, l.t, red);
 }
-template <class T, bool LOG>
+template <class T, bool LOG, bool TWO>
 __global__ void __launch_bounds__(kMisClThreads) mis_fwd_cl_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                                                                    const T* __restrict__ x, int64_t xs,  // [M, N]
                                                                    int64_t M, int N, int tpr) {
-  using A = acc_t<T>;
   mis_cl_rows(M, tpr, [&](int64_t r, int t, rr::RowReduce& red) {
-    mis_fwd_row<T, LOG, 4>(y, ys, x, xs, r, true, N, t, tpr, [&](Pair<A> v) {
-      return red(v, OnlineSoftmaxOp<T>{}, Pair<A>{neg_inf<A>(), A(0)});
-    });
+    mis_fwd_row<T, LOG, 4, TWO>(y, ys, x, xs, r, true, N, t, tpr,
+                                [&](auto v, auto op, auto identity, int) { return red(v, op, identity); });
   });
 }
 // The backward of such rows (dy, y and dx of the same phase), as bwd_kernel: NS = 4 vectors of dy and of y a thread
@@ -580,6 +610,12 @@ inline int mis_mode() {
   return v;
 }
 inline bool mis_fwd_on() { return mis_mode() >= 1; }
+// MYOPS_SOFTMAX_MIS_2P=1: the misaligned forward kernels' statistics in two exact passes (mis_fwd_row's TWO), 0
+// (default) the online pair. Read once.
+inline bool mis_two() {
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_2P", 0, [](int m) { return m == 0 || m == 1; });
+  return v == 1;
+}
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
 // elements, GPT-2's 50257 included; 0: neither) and threads a row for rows of N elements of es bytes: the fewest
 // warps that hold the row's vectors. (ptxas, sm_90a: 32-65 registers but bf16 at 8 vectors, which spilled 36 bytes
@@ -604,9 +640,9 @@ inline MisGeo mis_bwd_geo(int64_t M, int64_t N, int es) {
   return g.ns == 4 ? g : MisGeo{};
 }
 
-// mis_fwd_cl_kernel's and mis_bwd_cl_kernel's (MYOPS_SOFTMAX_MIS=2 or 3): the fewest CTAs of up to kMisClThreads that hold
-// the row at 4 vectors a thread, 2 to 8 of them (16-bit rows of up to 131072 elements, fp32 65536), each the fewest
-// warps that hold its share. ns = 0: none (one CTA holds the row, or 8 do not).
+// mis_fwd_cl_kernel's and mis_bwd_cl_kernel's (MYOPS_SOFTMAX_MIS=2 or 3): the fewest CTAs of up to kMisClThreads
+// that hold the row at 4 vectors a thread, 2 to 8 of them (16-bit rows of up to 131072 elements, fp32 65536), each
+// the fewest warps that hold its share. ns = 0: none (one CTA holds the row, or 8 do not).
 inline rr::Geo mis_cl_geo(int64_t N, int es) {
   rr::Geo g;
   const int64_t thr = ceil_div(ceil_div(N, (int64_t)(16 / es)), (int64_t)4);  // the row's threads
@@ -687,14 +723,21 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
                                                         static_cast<const T*>(x.ptr), x.row_stride, M, (int)N);
           return launch_status();
         };
-        return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4>) : go(mis_fwd_kernel<T, LOG, 8>);
+        if (mis_two())
+          return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, true>) : go(mis_fwd_kernel<T, LOG, 8, true>);
+        return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, false>) : go(mis_fwd_kernel<T, LOG, 8, false>);
       }
       // (a persistent grid of the clusters that fit; none: the engine)
-      const int64_t grid = gc.ns ? rr::resident_grid(gc, mis_fwd_cl_kernel<T, LOG>, M) : -1;
-      if (grid > 0)
-        return rr::launch(gc, grid, mis_fwd_cl_kernel<T, LOG>, static_cast<cudaStream_t>(stream),
-                          static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, M,
-                          (int)N, gc.tpr);
+      const auto cl = [&](auto kernel) -> int {
+        const int64_t grid = rr::resident_grid(gc, kernel, M);
+        if (grid <= 0) return -1;
+        return rr::launch(gc, grid, kernel, static_cast<cudaStream_t>(stream), static_cast<T*>(y.ptr), y.row_stride,
+                          static_cast<const T*>(x.ptr), x.row_stride, M, (int)N, gc.tpr);
+      };
+      const int rc = !gc.ns      ? -1
+                     : mis_two() ? cl(mis_fwd_cl_kernel<T, LOG, true>)
+                                 : cl(mis_fwd_cl_kernel<T, LOG, false>);
+      if (rc != -1) return rc;  // (-1: no cluster fits; a launch's codes are cudaError_t / MYOPS_E*, never negative)
     }
     Plan p = make_plan(M, N, es, 1, 0, 0, true);
     auto kernel = fwd_kernel<T, LOG>;
