@@ -81,7 +81,13 @@ MYOPS_CPU_HOT void softmax_row_backward_f32(const float* g, const float* v, floa
   if (is_log) {  /* (dx may be g: in place) */
     MYOPS_SUMF_BLOCKED(N, g[k]);
     const float k = (float)myops_sum_result_;
-    for (int64_t i = 0; i < N; ++i) dx[i] = g[i] - myops_expf_u20(v[i]) * k;
+    for (int64_t b = 0; b < N; b += 512) {  /* (blocks: the range check reads what the exps then read, from L1) */
+      const int64_t e = b + 512 < N ? b + 512 : N;
+      if (myops_within_87f(v + b, e - b))
+        for (int64_t i = b; i < e; ++i) dx[i] = g[i] - myops_expf_u20_mid(v[i]) * k;
+      else
+        for (int64_t i = b; i < e; ++i) dx[i] = g[i] - myops_expf_u20(v[i]) * k;
+    }
   } else {
     MYOPS_SUMF_BLOCKED(N, g[k] * v[k]);
     const float k = (float)myops_sum_result_;
@@ -100,8 +106,15 @@ MYOPS_CPU_HOT void softmax_row_backward_bf16(const uint16_t* g, const uint16_t* 
   if (is_log) {  /* (dx may be g: in place) */
     MYOPS_SUMF_BLOCKED(N, myops_bf16_to_f32(g[k]));
     const float k = (float)myops_sum_result_;
-    for (int64_t i = 0; i < N; ++i)
-      dx[i] = myops_f32_to_bf16(myops_bf16_to_f32(g[i]) - myops_expf_u20(myops_bf16_to_f32(v[i])) * k);
+    for (int64_t b = 0; b < N; b += 512) {  /* (as softmax_row_backward_f32's) */
+      const int64_t e = b + 512 < N ? b + 512 : N;
+      if (myops_within_87_bf16(v + b, e - b))
+        for (int64_t i = b; i < e; ++i)
+          dx[i] = myops_f32_to_bf16(myops_bf16_to_f32(g[i]) - myops_expf_u20_mid(myops_bf16_to_f32(v[i])) * k);
+      else
+        for (int64_t i = b; i < e; ++i)
+          dx[i] = myops_f32_to_bf16(myops_bf16_to_f32(g[i]) - myops_expf_u20(myops_bf16_to_f32(v[i])) * k);
+    }
   } else {
     MYOPS_SUMF_BLOCKED(N, myops_bf16_to_f32(g[k]) * myops_bf16_to_f32(v[k]));
     const float k = (float)myops_sum_result_;
@@ -131,7 +144,10 @@ MYOPS_CPU_HOT void log_softmax_row_backward_f16(const uint16_t* g, const uint16_
     const int64_t n = N - b < 1024 ? N - b : 1024;
     myops_load_f16(g + b, 1, n, gs);
     myops_load_f16(v + b, 1, n, vs);
-    for (int64_t i = 0; i < n; ++i) gs[i] = gs[i] - myops_expf_u20(vs[i]) * k;
+    if (myops_within_87f(vs, n))
+      for (int64_t i = 0; i < n; ++i) gs[i] = gs[i] - myops_expf_u20_mid(vs[i]) * k;
+    else
+      for (int64_t i = 0; i < n; ++i) gs[i] = gs[i] - myops_expf_u20(vs[i]) * k;
     myops_store_f16(dx + b, 1, n, gs);
   }
 }
