@@ -75,13 +75,11 @@ MYOPS_CPU_HOT double myops_exp(double x) {
 /* U20: a degree-5 minimax polynomial of exp on [-ln2/2, ln2/2] (fit here by reweighted least squares; ATen's
  * exp_u20, the exp of eager's CPU softmax kernels, has nearly the same coefficients) instead of the series to r^7:
  * within about 2.2 ulp instead of 1.1 over [-87, 88], with the same range reduction and scaling. */
-MYOPS_CPU_HOT float myops_expf_(float x, int u20) {
-  x = x < -104.0f ? -104.0f : x;
-  x = x > 89.0f ? 89.0f : x;
+/* exp(r) for x = k ln2 + r, and in *u the pattern of x / ln2 + 1.5 2^23, whose low 23 bits are 2^22 + k. */
+MYOPS_CPU_HOT float myops_expf_core_(float x, int u20, uint32_t* u) {
   const float shift = 0x1.8p23f;
   float kd = x * 0x1.715476p0f + shift;
-  uint32_t u;
-  memcpy(&u, &kd, 4);
+  memcpy(u, &kd, 4);
   kd -= shift;
   const float r = (x - kd * 0x1.62e4p-1f) - kd * 0x1.7f7d1cp-20f;
   float p;
@@ -102,6 +100,13 @@ MYOPS_CPU_HOT float myops_expf_(float x, int u20) {
     p = p * r + 1.0f;
     p = p * r + 1.0f;
   }
+  return p;
+}
+MYOPS_CPU_HOT float myops_expf_(float x, int u20) {
+  x = x < -104.0f ? -104.0f : x;
+  x = x > 89.0f ? 89.0f : x;
+  uint32_t u;
+  const float p = myops_expf_core_(x, u20, &u);
   u &= (UINT32_C(1) << 23) - 1;              /* 2^22 + k */
   const uint32_t k1 = u >> 1, k2 = u - k1;   /* 2^21 + floor(k / 2), 2^21 + the rest */
   const uint32_t b1 = (k1 - (UINT32_C(1) << 21) + 127) << 23, b2 = (k2 - (UINT32_C(1) << 21) + 127) << 23;
@@ -118,19 +123,9 @@ MYOPS_CPU_HOT float myops_expf(float x) { return myops_expf_(x, 0); }
  * 1239-1335, [1024, 1024] 274 -> 226; bf16 1730 -> 1492, 401 -> 344; fp16 1591 -> 1393, 346 -> 283; rows of 33 and
  * 16384 level; max difference 0. */
 MYOPS_CPU_HOT float myops_expf_u20_mid(float x) {
-  const float shift = 0x1.8p23f;
-  float kd = x * 0x1.715476p0f + shift;
   uint32_t u;
-  memcpy(&u, &kd, 4);
-  kd -= shift;
-  const float r = (x - kd * 0x1.62e4p-1f) - kd * 0x1.7f7d1cp-20f;
-  float p = 0x1.0fa806p-7f;
-  p = p * r + 0x1.573a5ap-5f;
-  p = p * r + 0x1.555a6cp-3f;
-  p = p * r + 0x1.fffdc6p-2f;
-  p = p * r + 0x1.fffff6p-1f;
-  p = p * r + 1.0f;
-  const uint32_t b = (u - (UINT32_C(1) << 22) + 127) << 23; /* (2^22 + k: the low 23 bits of kd's pattern) */
+  const float p = myops_expf_core_(x, 1, &u);
+  const uint32_t b = (u - (UINT32_C(1) << 22) + 127) << 23; /* (u's bits above the low 9 shift out) */
   float s;
   memcpy(&s, &b, 4);
   return p * s;
