@@ -25,8 +25,9 @@ MYOPS_CPU_VEC int myops_cross_entropy_cpu(void* loss, void* stats, myops_operand
     const int64_t t = target[r * t_stride], tc = t < 0 ? 0 : (t >= C ? C - 1 : t);
     if (dtype != MYOPS_F64) {
       const float* xv = myops_row_f32(&x, r, C, dtype, es, f);  /* (unit-stride fp32: in place) */
-      const float mf = myops_maxf(xv, C);
-      m = mf, ls = log(myops_exp_sumf(xv, C, mf)), xt = C > 0 ? xv[tc] : 0.0;
+      int mid;
+      const float mf = myops_maxf_mid(xv, C, &mid);
+      m = mf, ls = log(myops_exp_sumf(xv, C, mf, mid)), xt = C > 0 ? xv[tc] : 0.0;
       if (smoothing != 0.0) sx = myops_sumf(xv, C);
     } else {
       myops_load_row(dtype, myops_row(&x, r, es), x.col_stride, C, v);

@@ -213,6 +213,19 @@ MYOPS_CPU_HOT float myops_maxf(const float* v, int64_t n) { /* the same for fp32
   for (int64_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
   return m;
 }
+/* The same, and in *mid whether every exp(v[i] - max) may take myops_expf_u20_mid (vmath.h): v[i] - max >= -87 for
+ * the row's least element (the rounded difference, as the exps see it; NaN passed over: its exp is NaN either way;
+ * a max of +-inf: no). */
+MYOPS_CPU_HOT float myops_maxf_mid(const float* v, int64_t n, int* mid) {
+  float m = -INFINITY, lo = INFINITY;
+#pragma omp simd reduction(max : m) reduction(min : lo)
+  for (int64_t i = 0; i < n; ++i) {
+    m = v[i] > m ? v[i] : m;
+    lo = v[i] < lo ? v[i] : lo;
+  }
+  *mid = lo - m >= -87.0f;
+  return m;
+}
 
 /* e[i] = exp(v[i] - m) (e may be v); returns their sum (MYOPS_ROW_SUM's lanes in a fixed order, so the result does
  * not depend on the vector width). Two passes over the row, which is in L1 or L2: fused into one loop, the fp64 sums
@@ -227,9 +240,12 @@ MYOPS_CPU_HOT double myops_exp_sum(double* e, const double* v, int64_t n, double
 /* The sum of exp(v[i] - m) over an fp32 row, the exps summed as they come in fp32 blocks (MYOPS_SUMF_BLOCKED, each
  * block's total in fp64), which vectorizes, where fp64 sums in the same loop did not (myops_exp_sum): the log-sums
  * of log_softmax and cross_entropy, whose outputs' rounding absorbs the blocks' (softmax.h). */
-MYOPS_CPU_HOT double myops_exp_sumf(const float* v, int64_t n, float m) {
+MYOPS_CPU_HOT double myops_exp_sumf(const float* v, int64_t n, float m, int mid) {
   double myops_sum_result_;
-  MYOPS_SUMF_BLOCKED(n, myops_expf_u20(v[k] - m));
+  if (mid)  /* (two loops: a choice inside one, even loop-invariant, computed both exps) */
+    MYOPS_SUMF_BLOCKED(n, myops_expf_u20_mid(v[k] - m));
+  else
+    MYOPS_SUMF_BLOCKED(n, myops_expf_u20(v[k] - m));
   return myops_sum_result_;
 }
 
