@@ -150,6 +150,16 @@ namespace {
 bool cpu_gathers(const at::Tensor& t) {
   return t.is_cpu() && t.dim() >= 1 && t.size(-1) > 1 && t.stride(-1) != 1 && t.stride(-1) != 0;
 }
+// t as a contiguous copy, or, for a vector broadcast over rows (leading strides 0, as bias[::2].expand(M, N)), its
+// one row copied and broadcast again: N elements, not M x N.
+at::Tensor unit_columns(const at::Tensor& t) {
+  bool row_broadcast = t.dim() >= 2;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) row_broadcast = row_broadcast && t.stride(d) == 0;
+  if (!row_broadcast) return t.contiguous();
+  at::Tensor row = t;
+  while (row.dim() > 1) row = row.select(0, 0);
+  return row.contiguous().expand(t.sizes());
+}
 }  // namespace
 
 RowsView rows_view(const at::Tensor& t) {
@@ -160,7 +170,7 @@ RowsView rows_view(const at::Tensor& t) {
     v.M = 1;
     for (int64_t d = 0; d + 1 < t.dim(); ++d) v.M *= t.size(d);
   } else if (cpu_gathers(t) || !collapse_leading(v.t, v.M, rs)) {
-    v.t = t.contiguous();
+    v.t = unit_columns(t);
     TORCH_INTERNAL_ASSERT(collapse_leading(v.t, v.M, rs));
   }
   v.op = {v.t.data_ptr(), rs, v.N > 1 ? v.t.stride(-1) : 1};
@@ -254,7 +264,7 @@ void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs_l, std:
     bool copied = false;
     for (size_t i = 0; i < ins.size(); ++i)
       if (st[i].second != 0 && st[i].second != 1) {
-        ins[i] = ins[i].contiguous();
+        ins[i] = unit_columns(ins[i]);
         copied = true;
       }
     if (copied) TORCH_INTERNAL_ASSERT(try_collapse(), "myops.", k.name, ": layout did not collapse after a copy");
