@@ -177,6 +177,30 @@ def test_special_values(sm, device, dtype):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_exp_range_edges(sm, device, dtype):
+    """Rows and gradients about the CPU kernels' exp split (vmath.h myops_expf_u20_mid: rows whose least element lies
+    within 87 of the max, log_softmax backward blocks of 512 with |y| <= 87, else the exp that keeps results below
+    2^-126): spans of 86.5, 87 and 87.5 below the max, a block straddling the edge; the output within TOL of float64,
+    the gradient within twice eager's error."""
+    n = 1500  # (three blocks of the backward, the last short)
+    rows = [torch.linspace(-span, 0.0, n, dtype=torch.float64) for span in (86.5, 87.0, 87.5, 120.0)]
+    straddle = torch.zeros(n, dtype=torch.float64)
+    straddle[600:700] = -90.0  # (one block of the backward past |y| = 87 in log_softmax, the others within)
+    x = torch.stack(rows + [straddle]).to(dtype)
+    g = make_tensor(tuple(x.shape), dtype, "cpu", seed=7)
+    xd = x.to(device).requires_grad_()
+    y = sm.fn(xd, -1)
+    (dx,) = torch.autograd.grad(y, xd, g.to(device))
+    x64 = x.double().requires_grad_()
+    y64 = sm.torch_fn(x64, -1)
+    (dx64,) = torch.autograd.grad(y64, x64, g.double())
+    xe = x.to(device).requires_grad_()
+    (dx_eager,) = torch.autograd.grad(sm.torch_fn(xe, -1), xe, g.to(device))
+    check_close(y, y64, dtype)
+    check_vs_eager(dx, dx_eager, dx64, dtype, what="gradient")
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("n", [65536, 262144])
 def test_long_special_values(sm, device, dtype, n):
     """The special values on rows split over a cluster (on the GPU, the pipelined forward's online (max, sum) pairs):
