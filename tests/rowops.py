@@ -202,3 +202,23 @@ def run_tests_under(test_file: str, k_expr: str, env: dict[str, str]) -> None:
     r = subprocess.run([sys.executable, "-m", "pytest", test_file, "-q", "-m", "cuda", "-p", "no:cacheprovider", "-k",
                         k_expr], cwd=root, env=dict(os.environ, **env), capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, f"under {env}:\n{r.stdout[-4000:]}\n{r.stderr[-2000:]}"
+
+
+def wide_row_knob_tests(test_file: str, wide_knob: str, kernel: str):
+    """The norms' test_wide_rows (test_file's) again in subprocesses under two once-read knobs: test_wide_rows_any_width
+    under wide_knob=2, where 16-bit rows of every width it holds take `kernel` at a run-time width (by default only
+    some do), and test_backward_unsplit under MYOPS_ROW_BWD_SPLIT=0, the 16-bit 2-vector backward's rows on one CTA of
+    up to 512 threads (by default rows of over 256 threads split over a cluster of CTAs of at most 256), those over
+    8192 elements at 1 vector a thread. Returns both, for the test file to bind at module level."""
+    @pytest.mark.cuda
+    def test_wide_rows_any_width():
+        run_tests_under(test_file, "wide_rows and not any_width", {wide_knob: "2"})
+
+    @pytest.mark.cuda
+    def test_backward_unsplit():
+        run_tests_under(test_file, "wide_rows and not any_width and (bfloat16 or float16)",
+                        {"MYOPS_ROW_BWD_SPLIT": "0"})
+
+    test_wide_rows_any_width.__doc__ = f"test_wide_rows under {wide_knob}=2: {kernel} at every width it holds."
+    test_backward_unsplit.__doc__ = "test_wide_rows' 16-bit rows under MYOPS_ROW_BWD_SPLIT=0: the unsplit backward."
+    return test_wide_rows_any_width, test_backward_unsplit

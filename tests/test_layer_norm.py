@@ -9,7 +9,8 @@ from common import (DEVICES, DTYPES, LAYOUTS, TOL, check_close, check_compile, c
                     check_opcheck, make_tensor, raises, shapes)
 from rowops import (CLUSTER_SHAPES, LANE_SHAPES, LONG_PARTIAL, LONG_ROW_TESTS, MANY_ROWS, PIPE_BWD_CHOICES, ROW_SHAPES,
                     SHORT_ROWS, WARP_ROWS, check_graph_replay, check_non_finite, non_finite_cases, non_finite_rows,
-                    padded_rows, param, run_case, run_tests_under)
+                    padded_rows, param, run_case, run_tests_under,
+                    wide_row_knob_tests)
 
 OP = torch.ops.myops.layer_norm.default
 
@@ -172,19 +173,8 @@ def test_wide_rows(dtype, n, rows, layout, has_w, has_b):
              scale_fn=lambda *t: scale(*t, has_w=has_w, has_b=has_b))
 
 
-@pytest.mark.cuda
-def test_wide_rows_any_width():
-    """test_wide_rows under MYOPS_LN_WIDE=2 (read once: a subprocess), where 16-bit rows over 8192 (12288) take
-    ln_wide16_kernel at a run-time width too."""
-    run_tests_under(__file__, "wide_rows and not any_width", {"MYOPS_LN_WIDE": "2"})
-
-
-@pytest.mark.cuda
-def test_backward_unsplit():
-    """test_wide_rows (16-bit rows of 2560-12288, forward and backward) under MYOPS_ROW_BWD_SPLIT=0 (a subprocess):
-    the 16-bit 2-vector backward's rows on one CTA of up to 512 threads (by default rows of over 256 threads split
-    over a cluster of CTAs of at most 256), those over 8192 elements at 1 vector a thread."""
-    run_tests_under(__file__, "wide_rows and not any_width and (bfloat16 or float16)", {"MYOPS_ROW_BWD_SPLIT": "0"})
+test_wide_rows_any_width, test_backward_unsplit = wide_row_knob_tests(__file__, "MYOPS_LN_WIDE",
+                                                                      "ln_wide16_kernel")
 
 
 @pytest.mark.cuda

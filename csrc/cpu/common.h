@@ -150,32 +150,20 @@ __attribute__((noinline, unused)) static void myops_store_f16(uint16_t* d, int64
   for (int64_t k = 0; k < n; ++k) d[k * cs] = myops_f32_to_f16(s[k]);
 }
 
-/* p[0] into fp32 (any dtype but fp64). */
-MYOPS_CPU_HOT void myops_load_f32_one_(int dtype, const void* p, float* d) {
-  switch (dtype) {
-    case MYOPS_F32: *d = *(const float*)p; break;
-    case MYOPS_F16: *d = myops_f16_to_f32(*(const uint16_t*)p); break;
-    case MYOPS_BF16: *d = myops_bf16_to_f32(*(const uint16_t*)p); break;
-    default: break;
-  }
-}
 /* Loads n elements p[0], p[cs], ... into fp32 (any dtype but fp64). cs = 0 (a broadcast operand: the gradient of
  * x.sum(), an expanded bias) converts its one element once: fp16 went through the bit-level conversion per element
  * (no F16C off unit stride), which left `op(x).sum().backward()` at 2-3x eager's time in fp16. */
 MYOPS_CPU_HOT void myops_load_f32(int dtype, const void* p, int64_t cs, int64_t n, float* dst) {
   int64_t k;
-  if (cs == 0 && n > 0) {
-    float v;
-    myops_load_f32_one_(dtype, p, &v);
-    for (k = 0; k < n; ++k) dst[k] = v;
-    return;
-  }
+  const int64_t n0 = n;
+  if (cs == 0 && n > 1) n = 1; /* (then filled) */
   switch (dtype) {
     case MYOPS_F32: { const float* s = (const float*)p; for (k = 0; k < n; ++k) dst[k] = s[k * cs]; break; }
     case MYOPS_F16: myops_load_f16((const uint16_t*)p, cs, n, dst); break;
     case MYOPS_BF16: { const uint16_t* s = (const uint16_t*)p; for (k = 0; k < n; ++k) dst[k] = myops_bf16_to_f32(s[k * cs]); break; }
     default: break;
   }
+  for (k = n; k < n0; ++k) dst[k] = dst[0];
 }
 
 MYOPS_CPU_HOT void myops_store_f32(int dtype, void* p, int64_t cs, int64_t n, const float* src) {

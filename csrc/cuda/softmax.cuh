@@ -767,10 +767,11 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
     }
     if constexpr (es != 8) {  // misaligned rows (as the forward's)
       const bool phased =
+          mis_fwd_on() &&
           same_phase(dy.ptr, dy.row_stride, dy.col_stride, dx.ptr, dx.row_stride, dx.col_stride, M, es) &&
           same_phase(y.ptr, y.row_stride, y.col_stride, dx.ptr, dx.row_stride, dx.col_stride, M, es);
-      const rr::Geo gc = mis_fwd_on() && phased ? mis_cl_geo(N, es) : rr::Geo{};
-      const MisGeo gm = mis_fwd_on() && phased && !(gc.ns && mis_mode() == 3) ? mis_bwd_geo(M, N, es) : MisGeo{};
+      const rr::Geo gc = phased ? mis_cl_geo(N, es) : rr::Geo{};
+      const MisGeo gm = phased && !(gc.ns && mis_mode() == 3) ? mis_bwd_geo(M, N, es) : MisGeo{};
       if (gm.ns) {
         mis_bwd_kernel<T, LOG><<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
                                  static_cast<cudaStream_t>(stream)>>>(

@@ -150,12 +150,16 @@ namespace {
 bool cpu_gathers(const at::Tensor& t) {
   return t.is_cpu() && t.dim() >= 1 && t.size(-1) > 1 && t.stride(-1) != 1 && t.stride(-1) != 0;
 }
-// t as a contiguous copy, or, for a vector broadcast over rows (leading strides 0, as bias[::2].expand(M, N)), its
-// one row copied and broadcast again: N elements, not M x N.
+// A per-feature vector broadcast over rows: strides 0, ..., 0, s.
+bool row_broadcast(const at::Tensor& t) {
+  bool b = t.dim() >= 1;
+  for (int64_t d = 0; d + 1 < t.dim(); ++d) b = b && t.stride(d) == 0;
+  return b;
+}
+// t as a contiguous copy, or, for a vector broadcast over rows (as bias[::2].expand(M, N)), its one row copied and
+// broadcast again: N elements, not M x N.
 at::Tensor unit_columns(const at::Tensor& t) {
-  bool row_broadcast = t.dim() >= 2;
-  for (int64_t d = 0; d + 1 < t.dim(); ++d) row_broadcast = row_broadcast && t.stride(d) == 0;
-  if (!row_broadcast) return t.contiguous();
+  if (t.dim() < 2 || !row_broadcast(t)) return t.contiguous();
   at::Tensor row = t;
   while (row.dim() > 1) row = row.select(0, 0);
   return row.contiguous().expand(t.sizes());
@@ -249,11 +253,8 @@ void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs_l, std:
     // A layout with three or more irreducible strided dims (e.g. a permuted 3-D view): copy such inputs once.
     // A per-feature vector broadcast over rows (strides 0, ..., 0, s) stays as it is: it collapses against
     // contiguous operands.
-    for (auto& t : ins) {
-      bool row_broadcast = t.dim() >= 1;
-      for (int64_t d = 0; d + 1 < t.dim(); ++d) row_broadcast = row_broadcast && t.stride(d) == 0;
-      if (!row_broadcast) t = t.contiguous();
-    }
+    for (auto& t : ins)
+      if (!row_broadcast(t)) t = t.contiguous();
     TORCH_INTERNAL_ASSERT(try_collapse(), "myops.", k.name, ": layout did not collapse after a contiguous copy");
   }
   if (ref.is_cpu() && cols > 1) {
