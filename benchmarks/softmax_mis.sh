@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # One device call: softmax's and log_softmax's misaligned rows (odd N: GPT-2's vocabulary of 50257, odd key lengths).
-# Builds, runs their test_misaligned_rows and test_misaligned_layouts (mis_fwd_kernel and mis_bwd_kernel, and the
-# engine, in subprocesses), then times the rows.cuh engine (MYOPS_SOFTMAX_MIS=0) against those kernels (=1, the
-# default), against =2 (longer rows over clusters: fp32 50257 and 32769, 16-bit backward of 50257 and 32769) and =3
-# (clusters for every row of over 512 threads at 4 vectors: 16-bit 50257's forward on 4 CTAs, not 1 of 8 vectors),
-# and =1 / =3 with MYOPS_SOFTMAX_MIS_2P=1 (the forward's statistics in two exact passes, not the online pair),
-# forward and forward+backward, bf16 and fp32, myops alone, then all three against eager and torch.compile at
-# [4096, 50257] and [65536, 1001].
+# Builds, runs their test_misaligned_rows and test_misaligned_layouts (in subprocesses, one per MYOPS_SOFTMAX_MIS mode),
+# then times the modes (csrc/cuda/softmax.cuh, mis_mode): 0 the rows.cuh engine, 1 one CTA a row (mis_fwd_kernel,
+# mis_bwd_kernel) and the engine past them, 2 (default) clusters past them, 3 clusters first, 4 one CTA streaming the
+# row twice past them (st_fwd_kernel, st_bwd_kernel), 5 streaming first; a mode with "_online" runs the forward's
+# statistics as the online pair (MYOPS_SOFTMAX_MIS_2P=0), and "_512" the streaming kernels on CTAs of 512 threads
+# (MYOPS_SOFTMAX_ST_THREADS). Forward and forward+backward, bf16 and fp32, myops alone, then the default and mode 4
+# against eager and torch.compile at [4096, 50257] and [65536, 1001].
 # Usage (device tool, from the checkout): bash benchmarks/softmax_mis.sh 2>&1 | tee $OUT/mis.log (the reply keeps only
-# the output's last 12000 characters); SHAPES replaces the list; TESTS=0 skips the tests, COMPARE=0 the comparison
-# with eager and torch.compile. All of it takes over 10 minutes: split it over two calls, e.g.
-# SHAPES="4096,50257 65536,1001 262144,127" COMPARE=0, then TESTS=0 SHAPES="16384,4095 2048,32769".
+# the output's last 12000 characters); SHAPES replaces the list of shapes, MODES the modes (e.g. MODES="2 4 4_512");
+# TESTS=0 skips the tests, COMPARE=0 the comparison with eager and torch.compile. All of it takes over 10 minutes:
+# split it over calls (a run of one mode and shape takes about 14 s on the H200).
 set -uo pipefail
 source "$(dirname "$0")/device_build.sh"
 if [ "${TESTS:-1}" = 1 ]; then
@@ -25,13 +25,15 @@ run() {  # label shape impls [env...]
     sed "s/^/$label /"
 }
 for s in ${SHAPES-4096,50257 65536,1001 262144,127 16384,4095 2048,32769}; do
-  for m in 0 1 2 3; do run "mis$m" "$s" myops "MYOPS_SOFTMAX_MIS=$m"; done
-  run mis3_2p "$s" myops MYOPS_SOFTMAX_MIS=3 MYOPS_SOFTMAX_MIS_2P=1
-  run mis1_2p "$s" myops MYOPS_SOFTMAX_MIS=1 MYOPS_SOFTMAX_MIS_2P=1
+  for m in ${MODES-0 1 2 3 4 5 2_online 4_512}; do
+    env=("MYOPS_SOFTMAX_MIS=${m%%_*}")
+    [[ $m == *_online* ]] && env+=(MYOPS_SOFTMAX_MIS_2P=0)
+    [[ $m == *_512* ]] && env+=(MYOPS_SOFTMAX_ST_THREADS=512)
+    run "mis$m" "$s" myops "${env[@]}"
+  done
 done
 for s in $([ "${COMPARE:-1}" = 1 ] && echo 4096,50257 65536,1001); do
-  run mis0 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=0
   run default "$s" myops,eager,compile
-  run mis2 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=2
+  run mis4 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=4
 done
 echo "-- $(( $(date +%s) - t0 )) s"

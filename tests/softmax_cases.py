@@ -75,22 +75,24 @@ def test_staged_rows(sm):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mis", ["1", "0", "2", "3", "1,2p", "3,2p"])
+@pytest.mark.parametrize("mis", ["4", "0", "1", "2", "3", "5", "1,online", "4,1024"])
 def test_misaligned_rows(sm, mis):
     """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels
-    for them, mis_fwd_kernel and mis_bwd_kernel (MYOPS_SOFTMAX_MIS=1, the default; 0: the rows.cuh engine, which
-    keeps longer rows; 2: those over a cluster too, mis_fwd_cl_kernel and mis_bwd_cl_kernel: fp32 50257 forward on
-    7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8, 80 rows of 50257 for more rows than the
-    clusters that fit; 3: every row of over 512 threads on them, fp32 8195 and 16-bit 32767 on 2; ",2p": with
-    MYOPS_SOFTMAX_MIS_2P=1, the forward's statistics in two exact passes; read once: a subprocess): N under a
-    vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA
-    at 4 vectors a thread (fp32 1001 and 8195, 16-bit 32767 near 1024 threads) and, forward, at 8 (16-bit 50257,
-    and 57343 near their limit; the backward's engine), -inf entries, a row of -inf (NaN, as eager) and a NaN
-    (every shape of 4 rows or more); fp32, bf16 and fp16: the output within TOL of float64, output and gradient
-    within twice eager's error on the GPU."""
+    for them (MYOPS_SOFTMAX_MIS, read once: a subprocess), mis_fwd_kernel and mis_bwd_kernel, and for longer rows:
+    4 (the default) st_fwd_kernel and st_bwd_kernel, one CTA streaming each row twice (fp32 50257 and up forward,
+    16-bit 50257 and up backward, 262147; CTAs of 512 threads for fp32, of 1024 for 16-bit; ",1024": of 1024 for
+    fp32 too, MYOPS_SOFTMAX_ST_THREADS); 2 mis_fwd_cl_kernel and mis_bwd_cl_kernel over a cluster (fp32 50257
+    forward on 7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8, 80 rows of 50257 for more rows
+    than the clusters that fit); 1 and 0 (every row) the rows.cuh engine; 3 every row of over 512 threads on the
+    clusters (fp32 8195 and 16-bit 32767 on 2); 5 the streaming kernels for the 16-bit forward's 50257 and 57343
+    too; ",online": MYOPS_SOFTMAX_MIS_2P=0, the forward's statistics in the online pair, not two exact passes. N under a vector (7, 13), a warp's rows past the end (37
+    rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA at 4 vectors a thread (fp32 1001 and 8195,
+    16-bit 32767 near 1024 threads) and, forward, at 8 (16-bit 50257, and 57343 near their limit), -inf entries, a
+    row of -inf (NaN, as eager) and a NaN (every shape of 4 rows or more); fp32, bf16 and fp16: the output within
+    TOL of float64, output and gradient within twice eager's error on the GPU."""
     cases = []
     for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (4, 8195), (4, 32767), (80, 50257),
-                  (4, 57343), (4, 65535), (4, 131071)]:
+                  (4, 57343), (4, 65535), (4, 131071), (4, 262147)]:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             x = make_tensor(shape, dtype, "cpu", seed=shape[-1]) * 8
             if shape[0] > 3:
@@ -109,7 +111,8 @@ def test_misaligned_rows(sm, mis):
             res += [y.detach().cpu(), dx.cpu()]
         OUTPUT.append(res)
     """
-    env = {"MYOPS_SOFTMAX_MIS": mis[0], "MYOPS_SOFTMAX_MIS_2P": "1" if "2p" in mis else "0"}
+    env = {"MYOPS_SOFTMAX_MIS": mis[0], "MYOPS_SOFTMAX_MIS_2P": "0" if "online" in mis else "1",
+           "MYOPS_SOFTMAX_ST_THREADS": "1024" if "1024" in mis else "0"}
     for (x, g), (y, dx, y_eager, dx_eager) in zip(cases, run_in_process(code, cases, env)):
         x64 = x.double().requires_grad_()
         y64 = sm.torch_fn(x64, -1)
@@ -121,16 +124,16 @@ def test_misaligned_rows(sm, mis):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mis", ["1", "2"])
+@pytest.mark.parametrize("mis", ["4", "2"])
 def test_misaligned_layouts(sm, mis):
-    """Under MYOPS_SOFTMAX_MIS=1 (the default) and 2 (rows of 50257 over clusters; a subprocess, whatever the
-    environment says) misaligned rows give one result whatever their layout: the kernels' sums follow each row's
+    """Under MYOPS_SOFTMAX_MIS=4 (the default: rows of 50257 streamed) and 2 (over clusters; a subprocess, whatever
+    the environment says) misaligned rows give one result whatever their layout: the kernels' sums follow each row's
     offset from a 16-byte boundary, so the registration layer copies operands laid out otherwise than a fresh tensor
     (transposed, padded rows, off a boundary) into one. Forward and backward of each layout of x and of the gradient
     bitwise equal to the contiguous ones, and torch.compile's gradient of a reduction over dim 0 equal to eager's (it
     reached the backward strided where eager's was contiguous: 1 ulp off before)."""
     cases = [(make_tensor(shape, dtype, "cpu", seed=shape[-1]), make_tensor(shape, dtype, "cpu", seed=shape[-1] + 1))
-             for shape in [(33, 9), (64, 13), (20, 1001), (3, 8195)] + [(2, 50257)] * (mis == "2")
+             for shape in [(33, 9), (64, 13), (20, 1001), (3, 8195), (2, 50257)]
              for dtype in (torch.float32, torch.bfloat16, torch.float16)]
     code = f"""
     def layouts(t):

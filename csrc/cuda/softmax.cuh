@@ -388,7 +388,8 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
 // copy (session 55, torch 2.11), the engine -> these: bf16 [65536, 1001] 17.1 / 19.9 -> 67.9 / 83.4 (eager 57.2 /
 // 46.1, torch.compile 78.4 / 81.4), fp32 32.9 / 30.4 -> 67.9 / 84.4, bf16 [16384, 4095] 16.3 / 19.3 -> 68.7 / 83.6,
 // bf16 [4096, 50257] 9.5 / 9.8 -> 48.7 / 14.6 (its backward on the engine: past mis_bwd_geo). MYOPS_SOFTMAX_MIS=0:
-// the engine (A/B).
+// the engine (A/B). With the forward's statistics in two passes (mis_two, session 56): bf16 [65536, 1001] 92.0 /
+// 96.0 (eager 57.5 / 46.3, compile 78.8 / 81.4), fp32 93.7 / 98.2 (88.3 / 61.2, 89.8 / 96.1).
 constexpr int kMisThreads = 1024, kMisThreads8 = 896, kMisRows = 8;
 // A 16-byte vector held as words (not an element array: 16-bit elements were given a register each, and bf16
 // spilled), its elements in acc_t.
@@ -416,8 +417,8 @@ template <class V, class Op> __device__ __forceinline__ V mis_reduce(V v, Op op,
 // the row's threads by op (k: the row's k-th reduction). live: r < M (a dead row of the last CTA loads nothing,
 // stores nothing, but takes the reductions). The statistics: the online (max, sum of exp) pair in one reduction, as
 // the engine's fwd_kernel (a rescale per vector where the maximum grows); TWO: the register kernels' exact two
-// passes, the max, then the sum of exp(x - max) (no rescales, one more reduction; MYOPS_SOFTMAX_MIS_2P=1, A/B: not
-// yet GPU-run).
+// passes, the max, then the sum of exp(x - max) (no rescales, one more reduction; MYOPS_SOFTMAX_MIS_2P=1, the
+// default: mis_two).
 template <class T, bool LOG, int NS, bool TWO, class Reduce>
 __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,        // [M, N]
                                             const T* __restrict__ x, int64_t xs,  // [M, N]
@@ -508,7 +509,8 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
 // kMisClThreads (mis_cl_geo), thread t of the row cluster rank * blockDim.x + threadIdx.x, 4 vectors a thread, the
 // reduction through distributed shared memory (rr::RowReduce); a persistent grid of the clusters that fit, each
 // looping over rows (rr::Lane's row loop).
-// MYOPS_SOFTMAX_MIS=2 takes it, =3 every row of over kMisClThreads threads too (A/B: not yet GPU-run).
+// MYOPS_SOFTMAX_MIS=2 takes it, =3 every row of over kMisClThreads threads too (mis_mode: the streaming kernels
+// below, the default, beat it).
 constexpr int kMisClThreads = 512;
 // The clustered kernels' row loop: row(r, t, red) for each row r of this cluster, t its thread of the row's tpr, red
 // the row's reduction (every CTA of the cluster runs the same rows).
@@ -589,7 +591,7 @@ __global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx
                       [&](acc_t<T> v) { return mis_reduce(v, rr::Sum{}, red); });
 }
 // Rows past mis_bwd_geo (16-bit N over 32768, fp32 over 16384) over a cluster, as mis_fwd_cl_kernel
-// (MYOPS_SOFTMAX_MIS=2; A/B: not yet GPU-run).
+// (MYOPS_SOFTMAX_MIS=2).
 template <class T, bool LOG>
 __global__ void __launch_bounds__(kMisClThreads) mis_bwd_cl_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
                                                                    const T* __restrict__ dy, int64_t dys,  // [M, N]
@@ -600,20 +602,178 @@ __global__ void __launch_bounds__(kMisClThreads) mis_bwd_cl_kernel(T* __restrict
     mis_bwd_row<T, LOG>(dx, dxs, dy, dys, y, ys, r, true, N, t, tpr, [&](A v) { return red(v, rr::Sum{}, A(0)); });
   });
 }
-// MYOPS_SOFTMAX_MIS: 1 (default) misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel (where
-// their geometries hold the row, operands laid out as fresh tensors': mis_rows), 2 longer rows too on
-// mis_fwd_cl_kernel and mis_bwd_cl_kernel (clusters), 3 every row of over kMisClThreads threads at 4 vectors on those
-// (where one CTA of 8 vectors holds 16-bit rows of up to 57344, one row an SM at 72 registers), 0 the rows.cuh
-// engine. Read once.
+// Rows past the one-CTA kernels' registers, any N (MYOPS_SOFTMAX_MIS=4, the default: 16-bit backward over 32768, fp32
+// forward over 28672 and backward over 16384; =5: the 8-vector forward's 16-bit rows of 28673-57344 too): one CTA of
+// st_threads(es) a row streams it twice, the statistics first (forward: the online (max, sum) pair; backward:
+// softmax's sum(dy y), log_softmax's sum(dy) from dy alone), then the outputs from a second read, in reverse, so that
+// it starts on the part of the row L2 took last, with evict-first loads. kStU 16-byte vectors an operand a thread in
+// flight. 64 registers at 1024 threads (ptxas, sm_90a: 50-64, no spills): one CTA an SM, so 132 rows in flight on the
+// H200, bf16 [*, 50257]'s dy and y 26 MB, inside its 50 MB L2. bf16 [4096, 50257] forward+backward 77.9% of copy
+// (softmax) and 80.4% (log_softmax), against the clusters' 34.7 and 36.0, eager's 46.4 and 71.9 and torch.compile's
+// 40.9 and 47.5 (mis_mode).
+constexpr int kStThreads = 1024, kStU = 4;
+// load(q, i) then use(q, i) for this thread's vectors i of the row's nv (i = threadIdx.x mod blockDim.x), kStU loads
+// issued before their uses; batches of kStU * blockDim.x vectors in order, or last first (rev).
+template <class Q, class Load, class Use>
+__device__ __forceinline__ void st_sweep(int nv, bool rev, Load&& load, Use&& use) {
+  const int step = kStU * (int)blockDim.x, nb = (nv + step - 1) / step;
+  for (int b0 = 0; b0 < nb; ++b0) {
+    const int i0 = (rev ? nb - 1 - b0 : b0) * step + (int)threadIdx.x;
+    Q q[kStU];
+#pragma unroll
+    for (int u = 0; u < kStU; ++u)
+      if (i0 + u * (int)blockDim.x < nv) load(q[u], i0 + u * (int)blockDim.x);
+#pragma unroll
+    for (int u = 0; u < kStU; ++u)
+      if (i0 + u * (int)blockDim.x < nv) use(q[u], i0 + u * (int)blockDim.x);
+  }
+}
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kStThreads) st_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
+                                                            const T* __restrict__ x, int64_t xs,  // [M, N]
+                                                            int N) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ Pair<A> red[32];
+  const int64_t r = blockIdx.x;
+  const int t = (int)threadIdx.x;
+  const T* xr = x + r * xs;
+  const int h = head_elems(xr, N), nv = (N - h) / VEC, nx = N - nv * VEC;  // (nx: head and tail, under 2 VEC)
+  const uint4* xv = reinterpret_cast<const uint4*>(xr + h);                // [nv]
+  A m = neg_inf<A>(), s = A(0);
+  st_sweep<uint4>(nv, false, [&](uint4& q, int i) { q = xv[i]; },
+                  [&](const uint4& q, int) {
+                    A a[VEC];
+                    word_vec<T>(q, a);
+                    online_update<T, VEC>(m, s, a, VEC);
+                  });
+  const int xi = t < h ? t : nv * VEC + t;  // this thread's extra column: the head's t, or the tail's t - h
+  const A xe = t < nx ? to_acc(xr[xi]) : A(0);
+  if (t < nx) {
+    const A a[1] = {xe};
+    online_update<T, 1>(m, s, a, 1);
+  }
+  const Pair<A> ms = mis_reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, red);
+  const A mx = ms.a, sum = ms.b, logs = log_of<T>(sum), inv = A(1) / sum;
+  const auto out = [&](A a) -> A {  // (mis_fwd_row's)
+    if constexpr (LOG) return (a - mx) - logs;
+    else if constexpr (sizeof(T) == 2) return exp_of<T>(a - mx) * inv;
+    else return exp_of<T>(a - mx) / sum;
+  };
+  T* yr = y + r * ys + h;  // [nv VEC] (y's row as far from a boundary as x's: the same h)
+  st_sweep<uint4>(nv, true, [&](uint4& q, int i) { q = __ldcs(xv + i); },
+                  [&](const uint4& q, int i) {
+                    A a[VEC];
+                    word_vec<T>(q, a);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) a[e] = out(a[e]);
+                    rr::store(yr, i * VEC, a);
+                  });
+  if (t < nx) yr[xi - h] = from_acc<T>(out(xe));
+}
+struct StPair {
+  uint4 g, v;  // dy's and y's vector
+};
+template <class T, bool LOG>
+__global__ void __launch_bounds__(kStThreads) st_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+                                                            const T* __restrict__ dy, int64_t dys,  // [M, N]
+                                                            const T* __restrict__ y, int64_t ys,    // [M, N]
+                                                            int N) {
+  using A = acc_t<T>;
+  constexpr int VEC = 16 / sizeof(T);
+  __shared__ A red[32];
+  const int64_t r = blockIdx.x;
+  const int t = (int)threadIdx.x;
+  const T* gr = dy + r * dys;
+  const T* vr = y + r * ys;
+  const int h = head_elems(gr, N), nv = (N - h) / VEC, nx = N - nv * VEC;
+  const uint4* gv = reinterpret_cast<const uint4*>(gr + h);  // [nv]
+  const uint4* vv = reinterpret_cast<const uint4*>(vr + h);  // [nv]
+  A acc = A(0);
+  if constexpr (LOG) {  // sum(dy): y waits for the second read
+    st_sweep<uint4>(nv, false, [&](uint4& q, int i) { q = gv[i]; },
+                    [&](const uint4& q, int) {
+                      A a[VEC];
+                      word_vec<T>(q, a);
+#pragma unroll
+                      for (int e = 0; e < VEC; ++e) acc += a[e];
+                    });
+  } else {
+    st_sweep<StPair>(nv, false,
+                     [&](StPair& q, int i) {
+                       q.g = gv[i];
+                       q.v = vv[i];
+                     },
+                     [&](const StPair& q, int) {
+                       A a[VEC], b[VEC];
+                       word_vec<T>(q.g, a);
+                       word_vec<T>(q.v, b);
+#pragma unroll
+                       for (int e = 0; e < VEC; ++e) acc += a[e] * b[e];
+                     });
+  }
+  const int xi = t < h ? t : nv * VEC + t;
+  const A ge = t < nx ? to_acc(gr[xi]) : A(0), ve = t < nx ? to_acc(vr[xi]) : A(0);
+  if (t < nx) acc += LOG ? ge : ge * ve;
+  const A k = mis_reduce(acc, rr::Sum{}, red);
+  const auto out = [&](A a, A b) -> A { return LOG ? a - exp_of<T>(b) * k : b * (a - k); };
+  T* dr = dx + r * dxs + h;  // [nv VEC] (the same h)
+  st_sweep<StPair>(nv, true,
+                   [&](StPair& q, int i) {
+                     q.g = __ldcs(gv + i);
+                     q.v = __ldcs(vv + i);
+                   },
+                   [&](const StPair& q, int i) {
+                     A a[VEC], b[VEC];
+                     word_vec<T>(q.g, a);
+                     word_vec<T>(q.v, b);
+#pragma unroll
+                     for (int e = 0; e < VEC; ++e) a[e] = out(a[e], b[e]);
+                     rr::store(dr, i * VEC, a);
+                   });
+  if (t < nx) dr[xi - h] = from_acc<T>(out(ge, ve));
+}
+// MYOPS_SOFTMAX_MIS: misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel where their
+// geometries hold the row (operands laid out as fresh tensors': mis_rows), and longer rows: 4 (default) on
+// st_fwd_kernel and st_bwd_kernel (one CTA streams the row twice), 2 on mis_fwd_cl_kernel and mis_bwd_cl_kernel
+// (clusters), 1 on the rows.cuh engine. 3: every row of over kMisClThreads threads at 4 vectors on the clusters (where
+// one CTA of 8 vectors holds 16-bit rows of up to 57344, one row an SM at 72 registers); 5: those rows streamed. 0:
+// every misaligned row on the engine. H200, session 56, % of copy, forward / forward+backward, softmax and
+// log_softmax:
+//   bf16 [4096, 50257]: engine (1) 48.9 / 14.7 and 51.0 / 19.9 (one CTA's forward); clusters (2) 68.5 / 34.7 and
+//     72.6 / 36.0; streamed (4) 68.5 / 77.9 and 72.8 / 80.4; streamed forward too (5) 55.2 / 70.2 and 56.2 / 70.7;
+//     clusters first (3) 18.4 / 22.4 and 18.4 / 22.7.
+//   fp32 [4096, 50257]: engine 14.1 / 12.5 and 14.4 / 18.5; clusters 58.6 / 67.4 and 55.9 / 56.0; streamed (CTAs of
+//     512) 64.6 / 64.6 and 69.5 / 74.0.
+//   bf16 [2048, 32769]: clusters 57.0 / 33.1 and 60.8 / 34.1; streamed 57.2 / 71.4 and 60.9 / 72.4.
+//   fp32 [2048, 32769]: clusters 63.5 / 70.3 and 63.7 / 57.5; streamed (512) 64.1 / 68.1 and 72.3 / 78.3.
+// (The clusters' persistent rows load, reduce and store in turn, the loads of the next row not yet issued.) Read once.
 inline int mis_mode() {
-  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 1, [](int m) { return m >= 0 && m <= 3; });
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS", 4, [](int m) { return m >= 0 && m <= 5; });
   return v;
 }
+// st_fwd_kernel's and st_bwd_kernel's CTA for elements of es bytes: MYOPS_SOFTMAX_ST_THREADS, 1024 (one CTA an SM)
+// or 512 (two: one loads while the other reduces, with twice the rows L2 must keep for the second read); 0 (default)
+// 1024 for 16-bit types, 512 for fp32. H200, session 56, % of copy, 1024 -> 512: fp32 [4096, 50257] softmax forward
+// 53.9 -> 64.6, log_softmax 60.4 -> 69.5, forward+backward 65.9 -> 64.6 and 75.2 -> 74.0; fp32 [2048, 32769]
+// forward 48.5 -> 64.1 and 54.2 -> 72.3, forward+backward 67.3 -> 68.1 and 71.9 -> 78.3; bf16 [4096, 50257]
+// forward+backward 77.9 -> 72.5 and 80.4 -> 81.0. Read once.
+inline int st_threads(int es) {
+  static const int v =
+      rr::env_knob("MYOPS_SOFTMAX_ST_THREADS", 0, [](int t) { return t == 0 || t == 512 || t == 1024; });
+  return v ? v : es == 4 ? 512 : kStThreads;
+}
+// Whether the streaming kernels take rows [M, N] that the one-CTA kernels do not (modes 4 and 5).
+inline bool st_rows(int64_t M, int64_t N) { return mis_mode() >= 4 && M < INT_MAX && N < INT_MAX; }
 inline bool mis_fwd_on() { return mis_mode() >= 1; }
-// MYOPS_SOFTMAX_MIS_2P=1: the misaligned forward kernels' statistics in two exact passes (mis_fwd_row's TWO), 0
-// (default) the online pair. Read once.
+// MYOPS_SOFTMAX_MIS_2P: the misaligned forward kernels' statistics in two exact passes (mis_fwd_row's TWO; 1, the
+// default), or the online pair (0). H200, session 56, % of copy, online -> two passes: forward bf16 [65536, 1001]
+// 68.0 -> 92.2, fp32 67.8 -> 92.9, bf16 [16384, 4095] 68.8 -> 93.1, bf16 [262144, 127] 13.8 -> 26.5, bf16 [2048,
+// 32769] 39.1 -> 57.1; bf16 [4096, 50257] (8 vectors) 48.9 -> 68.5; fp32 [2048, 32769] on the clusters 41.3 -> 63.3.
+// (The online pair's rescale sits in each thread's dependent chain; the two passes' second reduction costs less.)
+// Read once.
 inline bool mis_two() {
-  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_2P", 0, [](int m) { return m == 0 || m == 1; });
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_2P", 1, [](int m) { return m == 0 || m == 1; });
   return v == 1;
 }
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
@@ -623,10 +783,13 @@ inline bool mis_two() {
 struct MisGeo {
   int ns = 0, tpr = 0, rows = 0;
 };
+// (Mode 5: not 8.)
 inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
   MisGeo g;
   const int64_t nv = ceil_div(N, (int64_t)(16 / es));  // (at least the row's whole vectors, whatever its head)
-  g.ns = ceil_div(nv, (int64_t)4) <= kMisThreads ? 4 : ceil_div(nv, (int64_t)8) <= kMisThreads8 ? 8 : 0;
+  g.ns = ceil_div(nv, (int64_t)4) <= kMisThreads                               ? 4
+         : mis_mode() != 5 && ceil_div(nv, (int64_t)8) <= kMisThreads8 ? 8
+                                                                                : 0;
   if (!g.ns || N >= INT_MAX) return MisGeo{};
   g.tpr = (int)ceil_div(ceil_div(nv, (int64_t)g.ns), (int64_t)32) * 32;
   g.rows = g.tpr == 32 ? kMisRows : 1;
@@ -647,7 +810,7 @@ inline rr::Geo mis_cl_geo(int64_t N, int es) {
   rr::Geo g;
   const int64_t thr = ceil_div(ceil_div(N, (int64_t)(16 / es)), (int64_t)4);  // the row's threads
   const int64_t c = ceil_div(thr, (int64_t)kMisClThreads);
-  if (mis_mode() < 2 || c < 2 || c > rr::kMaxCluster) return g;
+  if ((mis_mode() != 2 && mis_mode() != 3) || c < 2 || c > rr::kMaxCluster) return g;
   g.ns = 4;
   g.cluster = (int)c;
   g.rows = 1;
@@ -666,7 +829,7 @@ inline rr::Geo mis_cl_geo(int64_t N, int es) {
 inline bool mis_rows(int64_t M, int64_t N, int dtype, bool bwd) {
   const int es = dtype == MYOPS_F32 ? 4 : dtype == MYOPS_F16 || dtype == MYOPS_BF16 ? 2 : 0;
   if (!mis_fwd_on() || M <= 0 || N <= 0 || es == 0 || N * es % 16 == 0) return false;
-  return (bwd ? mis_bwd_geo(M, N, es) : mis_fwd_geo(M, N, es)).ns != 0 || mis_cl_geo(N, es).ns != 0;
+  return (bwd ? mis_bwd_geo(M, N, es) : mis_fwd_geo(M, N, es)).ns != 0 || mis_cl_geo(N, es).ns != 0 || st_rows(M, N);
 }
 
 template <bool LOG>
@@ -727,6 +890,11 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
           return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, true>) : go(mis_fwd_kernel<T, LOG, 8, true>);
         return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, false>) : go(mis_fwd_kernel<T, LOG, 8, false>);
       }
+      if (phased && st_rows(M, N)) {
+        st_fwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, (int)N);
+        return launch_status();
+      }
       // (a persistent grid of the clusters that fit; none: the engine)
       const auto cl = [&](auto kernel) -> int {
         const int64_t grid = rr::resident_grid(gc, kernel, M);
@@ -777,6 +945,12 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
                                  static_cast<cudaStream_t>(stream)>>>(
             static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(dy.ptr), dy.row_stride,
             static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
+        return launch_status();
+      }
+      if (phased && st_rows(M, N)) {
+        st_bwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
+            static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(dy.ptr), dy.row_stride,
+            static_cast<const T*>(y.ptr), y.row_stride, (int)N);
         return launch_status();
       }
       const int64_t grid = gc.ns ? rr::resident_grid(gc, mis_bwd_cl_kernel<T, LOG>, M) : -1;
