@@ -2,11 +2,12 @@
 # One device call: softmax's and log_softmax's misaligned rows (odd N: GPT-2's vocabulary of 50257, odd key lengths).
 # Builds, runs their test_misaligned_rows and test_misaligned_layouts (in subprocesses, one per MYOPS_SOFTMAX_MIS mode),
 # then times the modes (csrc/cuda/softmax.cuh, mis_mode): 0 the rows.cuh engine, 1 one CTA a row (mis_fwd_kernel,
-# mis_bwd_kernel) and the engine past them, 2 (default) clusters past them, 3 clusters first, 4 one CTA streaming the
-# row twice past them (st_fwd_kernel, st_bwd_kernel), 5 streaming first; a mode with "_online" runs the forward's
-# statistics as the online pair (MYOPS_SOFTMAX_MIS_2P=0), and "_512" the streaming kernels on CTAs of 512 threads
-# (MYOPS_SOFTMAX_ST_THREADS). Forward and forward+backward, bf16 and fp32, myops alone, then the default and mode 4
-# against eager and torch.compile at [4096, 50257] and [65536, 1001].
+# mis_bwd_kernel) and the engine past them, 2 clusters past them, 3 clusters first, 4 (default) one CTA streaming the
+# row twice past them (st_fwd_kernel, st_bwd_kernel), 5 streaming every forward row past 4 vectors a thread; a mode
+# with "_online" runs the forward's statistics as the online pair (MYOPS_SOFTMAX_MIS_2P=0), "_512" / "_1024" the
+# streaming kernels on CTAs of that many threads for every dtype (MYOPS_SOFTMAX_ST_THREADS; default 512 for fp32,
+# 1024 for 16-bit). Forward and forward+backward, bf16 and fp32, myops alone, then the default and mode 2 against
+# eager and torch.compile at [4096, 50257] and [65536, 1001].
 # Usage (device tool, from the checkout): bash benchmarks/softmax_mis.sh 2>&1 | tee $OUT/mis.log (the reply keeps only
 # the output's last 12000 characters); SHAPES replaces the list of shapes, MODES the modes (e.g. MODES="2 4 4_512");
 # TESTS=0 skips the tests, COMPARE=0 the comparison with eager and torch.compile. All of it takes over 10 minutes:
@@ -25,15 +26,16 @@ run() {  # label shape impls [env...]
     sed "s/^/$label /"
 }
 for s in ${SHAPES-4096,50257 65536,1001 262144,127 16384,4095 2048,32769}; do
-  for m in ${MODES-0 1 2 3 4 5 2_online 4_512}; do
+  for m in ${MODES-0 1 2 3 4 5 1_online 4_512 4_1024}; do
     env=("MYOPS_SOFTMAX_MIS=${m%%_*}")
     [[ $m == *_online* ]] && env+=(MYOPS_SOFTMAX_MIS_2P=0)
     [[ $m == *_512* ]] && env+=(MYOPS_SOFTMAX_ST_THREADS=512)
+    [[ $m == *_1024* ]] && env+=(MYOPS_SOFTMAX_ST_THREADS=1024)
     run "mis$m" "$s" myops "${env[@]}"
   done
 done
 for s in $([ "${COMPARE:-1}" = 1 ] && echo 4096,50257 65536,1001); do
   run default "$s" myops,eager,compile
-  run mis4 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=4
+  run mis2 "$s" myops,eager,compile MYOPS_SOFTMAX_MIS=2
 done
 echo "-- $(( $(date +%s) - t0 )) s"

@@ -75,24 +75,25 @@ def test_staged_rows(sm):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mis", ["4", "0", "1", "2", "3", "5", "1,online", "4,1024"])
+@pytest.mark.parametrize("mis", ["4", "0", "1", "2", "3", "5", "1,online", "2,online", "4,1024", "4,512"])
 def test_misaligned_rows(sm, mis):
-    """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels
-    for them (MYOPS_SOFTMAX_MIS, read once: a subprocess), mis_fwd_kernel and mis_bwd_kernel, and for longer rows:
-    4 (the default) st_fwd_kernel and st_bwd_kernel, one CTA streaming each row twice (fp32 50257 and up forward,
-    16-bit 50257 and up backward, 262147; CTAs of 512 threads for fp32, of 1024 for 16-bit; ",1024": of 1024 for
-    fp32 too, MYOPS_SOFTMAX_ST_THREADS); 2 mis_fwd_cl_kernel and mis_bwd_cl_kernel over a cluster (fp32 50257
-    forward on 7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8, 80 rows of 50257 for more rows
-    than the clusters that fit); 1 and 0 (every row) the rows.cuh engine; 3 every row of over 512 threads on the
-    clusters (fp32 8195 and 16-bit 32767 on 2); 5 the streaming kernels for the 16-bit forward's 50257 and 57343
-    too; ",online": MYOPS_SOFTMAX_MIS_2P=0, the forward's statistics in the online pair, not two exact passes. N under a vector (7, 13), a warp's rows past the end (37
-    rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA at 4 vectors a thread (fp32 1001 and 8195,
-    16-bit 32767 near 1024 threads) and, forward, at 8 (16-bit 50257, and 57343 near their limit), -inf entries, a
-    row of -inf (NaN, as eager) and a NaN (every shape of 4 rows or more); fp32, bf16 and fp16: the output within
-    TOL of float64, output and gradient within twice eager's error on the GPU."""
+    """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels for
+    them (MYOPS_SOFTMAX_MIS, read once: a subprocess), mis_fwd_kernel and mis_bwd_kernel, and for longer rows: 4 (the
+    default) st_fwd_kernel and st_bwd_kernel, one CTA streaming each row twice (fp32 50257 and up forward, 32767 and up
+    backward, 16-bit 50257 and up backward, 262147; CTAs of 512 threads for fp32, of 1024 for 16-bit; ",1024" and
+    ",512": that many for every dtype, MYOPS_SOFTMAX_ST_THREADS); 2 mis_fwd_cl_kernel and mis_bwd_cl_kernel over a
+    cluster (fp32 50257 forward on 7 CTAs, 65535 on 8, 16-bit 50257 and 57343 backward on 4, 131071 on 8, 80 rows of
+    50257 for more rows than the clusters that fit); 1 and 0 (every row) the rows.cuh engine; 3 every row of over 512
+    threads on the clusters (fp32 8195 and 16-bit 32767 on 2); 5 the streaming kernels for every forward row past 4
+    vectors a thread too (16-bit 50257 and 57343, fp32 20001); ",online": MYOPS_SOFTMAX_MIS_2P=0, the forward's
+    statistics in the online pair, not two exact passes. N under a vector (7, 13), a warp's rows past the end (37 rows
+    of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA at 4 vectors a thread (fp32 1001 and 8195, 16-bit 32767
+    near 1024 threads) and, forward, at 8 (16-bit 50257, and 57343 near their limit), -inf entries, a row of -inf (NaN,
+    as eager) and a NaN (every shape of 4 rows or more); fp32, bf16 and fp16: the output within TOL of float64, output
+    and gradient within twice eager's error on the GPU."""
     cases = []
-    for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (4, 8195), (4, 32767), (80, 50257),
-                  (4, 57343), (4, 65535), (4, 131071), (4, 262147)]:
+    for shape in [(5, 7), (64, 13), (37, 127), (9, 1001), (300, 1001), (4, 8195), (4, 20001), (4, 32767),
+                  (80, 50257), (4, 57343), (4, 65535), (4, 131071), (4, 262147)]:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             x = make_tensor(shape, dtype, "cpu", seed=shape[-1]) * 8
             if shape[0] > 3:
@@ -112,7 +113,7 @@ def test_misaligned_rows(sm, mis):
         OUTPUT.append(res)
     """
     env = {"MYOPS_SOFTMAX_MIS": mis[0], "MYOPS_SOFTMAX_MIS_2P": "0" if "online" in mis else "1",
-           "MYOPS_SOFTMAX_ST_THREADS": "1024" if "1024" in mis else "0"}
+           "MYOPS_SOFTMAX_ST_THREADS": mis.split(",")[1] if mis[-1].isdigit() and "," in mis else "0"}
     for (x, g), (y, dx, y_eager, dx_eager) in zip(cases, run_in_process(code, cases, env)):
         x64 = x.double().requires_grad_()
         y64 = sm.torch_fn(x64, -1)
@@ -131,9 +132,11 @@ def test_misaligned_layouts(sm, mis):
     offset from a 16-byte boundary, so the registration layer copies operands laid out otherwise than a fresh tensor
     (transposed, padded rows, off a boundary) into one. Forward and backward of each layout of x and of the gradient
     bitwise equal to the contiguous ones, and torch.compile's gradient of a reduction over dim 0 equal to eager's (it
-    reached the backward strided where eager's was contiguous: 1 ulp off before)."""
+    reached the backward strided where eager's was contiguous: 1 ulp off before). Aligned rows past the register
+    kernels (524296: the engine, whatever the layout) too: the streaming kernels once took their contiguous layout
+    and not their transposed one."""
     cases = [(make_tensor(shape, dtype, "cpu", seed=shape[-1]), make_tensor(shape, dtype, "cpu", seed=shape[-1] + 1))
-             for shape in [(33, 9), (64, 13), (20, 1001), (3, 8195), (2, 50257)]
+             for shape in [(33, 9), (64, 13), (20, 1001), (3, 8195), (2, 50257), (2, 524296)]
              for dtype in (torch.float32, torch.bfloat16, torch.float16)]
     code = f"""
     def layouts(t):
@@ -158,7 +161,8 @@ def test_misaligned_layouts(sm, mis):
         gt = torch.empty_like(f0(xt)).copy_(g.t())  # (the output's strides, as check_compile's randn_like)
         OUTPUT[-1].append(run(f0, xt, gt) + run(torch.compile(f0, fullgraph=True, dynamic=True), xt, gt))
     """
-    for (x, g), res in zip(cases, run_in_process(code, cases, {"MYOPS_SOFTMAX_MIS": mis})):
+    env = {"MYOPS_SOFTMAX_MIS": mis, "MYOPS_SOFTMAX_MIS_2P": "1", "MYOPS_SOFTMAX_ST_THREADS": "0"}
+    for (x, g), res in zip(cases, run_in_process(code, cases, env)):
         what = f"{tuple(x.shape)} {x.dtype}"
         *runs, (y0, dx0, yc, dxc) = res
         for i, (y, dx) in enumerate(runs):

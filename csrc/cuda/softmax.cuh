@@ -602,14 +602,15 @@ __global__ void __launch_bounds__(kMisClThreads) mis_bwd_cl_kernel(T* __restrict
     mis_bwd_row<T, LOG>(dx, dxs, dy, dys, y, ys, r, true, N, t, tpr, [&](A v) { return red(v, rr::Sum{}, A(0)); });
   });
 }
-// Rows past the one-CTA kernels' registers, any N (MYOPS_SOFTMAX_MIS=4, the default: 16-bit backward over 32768, fp32
-// forward over 28672 and backward over 16384; =5: the 8-vector forward's 16-bit rows of 28673-57344 too): one CTA of
+// Misaligned rows past the one-CTA kernels' registers, any N (MYOPS_SOFTMAX_MIS=4, the default: 16-bit backward over
+// 32768, fp32 forward over 28672 and backward over 16384; =5: the 8-vector forward's rows too, 16-bit 32769-57344
+// and fp32 16385-28672): one CTA of
 // st_threads(es) a row streams it twice, the statistics first (forward: the online (max, sum) pair; backward:
 // softmax's sum(dy y), log_softmax's sum(dy) from dy alone), then the outputs from a second read, in reverse, so that
 // it starts on the part of the row L2 took last, with evict-first loads. kStU 16-byte vectors an operand a thread in
 // flight. 64 registers at 1024 threads (ptxas, sm_90a: 50-64, no spills): one CTA an SM, so 132 rows in flight on the
-// H200, bf16 [*, 50257]'s dy and y 26 MB, inside its 50 MB L2. bf16 [4096, 50257] forward+backward 77.9% of copy
-// (softmax) and 80.4% (log_softmax), against the clusters' 34.7 and 36.0, eager's 46.4 and 71.9 and torch.compile's
+// H200, bf16 [*, 50257]'s dy and y 26 MB, inside its 50 MB L2. bf16 [4096, 50257] forward+backward 78.1% of copy
+// (softmax) and 80.6% (log_softmax), against the clusters' 34.7 and 36.0, eager's 46.4 and 71.9 and torch.compile's
 // 40.9 and 47.5 (mis_mode).
 constexpr int kStThreads = 1024, kStU = 4;
 // load(q, i) then use(q, i) for this thread's vectors i of the row's nv (i = threadIdx.x mod blockDim.x), kStU loads
@@ -741,7 +742,7 @@ __global__ void __launch_bounds__(kStThreads) st_bwd_kernel(T* __restrict__ dx, 
 // every misaligned row on the engine. H200, session 56, % of copy, forward / forward+backward, softmax and
 // log_softmax:
 //   bf16 [4096, 50257]: engine (1) 48.9 / 14.7 and 51.0 / 19.9 (one CTA's forward); clusters (2) 68.5 / 34.7 and
-//     72.6 / 36.0; streamed (4) 68.5 / 77.9 and 72.8 / 80.4; streamed forward too (5) 55.2 / 70.2 and 56.2 / 70.7;
+//     72.6 / 36.0; streamed (4) 68.6 / 78.1 and 72.6 / 80.6; streamed forward too (5) 55.2 / 70.2 and 56.2 / 70.7;
 //     clusters first (3) 18.4 / 22.4 and 18.4 / 22.7.
 //   fp32 [4096, 50257]: engine 14.1 / 12.5 and 14.4 / 18.5; clusters 58.6 / 67.4 and 55.9 / 56.0; streamed (CTAs of
 //     512) 64.6 / 64.6 and 69.5 / 74.0.
@@ -763,11 +764,15 @@ inline int st_threads(int es) {
       rr::env_knob("MYOPS_SOFTMAX_ST_THREADS", 0, [](int t) { return t == 0 || t == 512 || t == 1024; });
   return v ? v : es == 4 ? 512 : kStThreads;
 }
-// Whether the streaming kernels take rows [M, N] that the one-CTA kernels do not (modes 4 and 5).
-inline bool st_rows(int64_t M, int64_t N) { return mis_mode() >= 4 && M < INT_MAX && N < INT_MAX; }
+// Whether the streaming kernels take misaligned rows [M, N] of es-byte elements that the one-CTA kernels do not
+// (modes 4 and 5; N a whole number of vectors: rows off a boundary as aligned ones are, on the engine, as mis_rows).
+inline bool st_rows(int64_t M, int64_t N, int es) {
+  return mis_mode() >= 4 && N * es % 16 != 0 && M < INT_MAX && N < INT_MAX;
+}
 inline bool mis_fwd_on() { return mis_mode() >= 1; }
-// MYOPS_SOFTMAX_MIS_2P: the misaligned forward kernels' statistics in two exact passes (mis_fwd_row's TWO; 1, the
-// default), or the online pair (0). H200, session 56, % of copy, online -> two passes: forward bf16 [65536, 1001]
+// MYOPS_SOFTMAX_MIS_2P: the one-CTA and clustered misaligned forward kernels' statistics in two exact passes
+// (mis_fwd_row's TWO; 1, the default), or the online pair (0); the streaming forward always takes the online pair
+// (its row is read once for them). H200, session 56, % of copy, online -> two passes: forward bf16 [65536, 1001]
 // 68.0 -> 92.2, fp32 67.8 -> 92.9, bf16 [16384, 4095] 68.8 -> 93.1, bf16 [262144, 127] 13.8 -> 26.5, bf16 [2048,
 // 32769] 39.1 -> 57.1; bf16 [4096, 50257] (8 vectors) 48.9 -> 68.5; fp32 [2048, 32769] on the clusters 41.3 -> 63.3.
 // (The online pair's rescale sits in each thread's dependent chain; the two passes' second reduction costs less.)
@@ -829,7 +834,8 @@ inline rr::Geo mis_cl_geo(int64_t N, int es) {
 inline bool mis_rows(int64_t M, int64_t N, int dtype, bool bwd) {
   const int es = dtype == MYOPS_F32 ? 4 : dtype == MYOPS_F16 || dtype == MYOPS_BF16 ? 2 : 0;
   if (!mis_fwd_on() || M <= 0 || N <= 0 || es == 0 || N * es % 16 == 0) return false;
-  return (bwd ? mis_bwd_geo(M, N, es) : mis_fwd_geo(M, N, es)).ns != 0 || mis_cl_geo(N, es).ns != 0 || st_rows(M, N);
+  return (bwd ? mis_bwd_geo(M, N, es) : mis_fwd_geo(M, N, es)).ns != 0 || mis_cl_geo(N, es).ns != 0 ||
+         st_rows(M, N, es);
 }
 
 template <bool LOG>
@@ -874,7 +880,7 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
                           g.tpr, g.nbuf, rr::l2_last(M * N * es));
       });
     }
-    if constexpr (es != 8) {  // misaligned rows (the register kernels took the aligned ones)
+    if constexpr (es != 8) {  // misaligned rows (and aligned ones past the register kernels: the engine, below)
       const bool phased =
           mis_fwd_on() && same_phase(x.ptr, x.row_stride, x.col_stride, y.ptr, y.row_stride, y.col_stride, M, es);
       const rr::Geo gc = phased ? mis_cl_geo(N, es) : rr::Geo{};
@@ -890,7 +896,7 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
           return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, true>) : go(mis_fwd_kernel<T, LOG, 8, true>);
         return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, false>) : go(mis_fwd_kernel<T, LOG, 8, false>);
       }
-      if (phased && st_rows(M, N)) {
+      if (phased && st_rows(M, N, es)) {
         st_fwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<T*>(y.ptr), y.row_stride, static_cast<const T*>(x.ptr), x.row_stride, (int)N);
         return launch_status();
@@ -947,7 +953,7 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
             static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
         return launch_status();
       }
-      if (phased && st_rows(M, N)) {
+      if (phased && st_rows(M, N, es)) {
         st_bwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
             static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(dy.ptr), dy.row_stride,
             static_cast<const T*>(y.ptr), y.row_stride, (int)N);
