@@ -27,10 +27,10 @@ def define(name: str, act: str) -> tuple[Callable, Callable]:
                                                      f"{list(gate.shape)}, got {list(up.shape)}")
         torch._check(up.dtype == gate.dtype,
                      lambda: f"myops.{name}: up must have the same dtype as gate ({gate.dtype})")
-        return gate.new_empty(gate.shape)
+        return torch.empty_like(gate)  # (laid out as gate, as the kernel's output: run_elementwise)
 
     torch.library.register_fake(f"myops::{name}")(fake)
     torch.library.register_fake(f"myops::{name}_backward")(
-        lambda grad, gate, up: (gate.new_empty(gate.shape), gate.new_empty(gate.shape)))
+        lambda grad, gate, up: (torch.empty_like(gate), torch.empty_like(gate)))
 
     return fn, fn_backward

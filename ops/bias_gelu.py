@@ -27,7 +27,7 @@ def _check_bias(op: str, x, bias) -> None:
 @torch.library.register_fake("myops::bias_gelu")
 def _(x, bias):
     _check_bias("bias_gelu", x, bias)
-    return x.new_empty(x.shape)
+    return torch.empty_like(x)  # (laid out as x, as the kernel's output: run_elementwise)
 
 
 @torch.library.register_fake("myops::bias_gelu_backward")

@@ -21,11 +21,11 @@ def mul_backward(grad: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[
 @torch.library.register_fake("myops::mul")
 def _(a, b):
     torch._check(a.shape == b.shape, lambda: f"myops.mul: b must have the same shape as a {list(a.shape)}")
-    return a.new_empty(a.shape)
+    return torch.empty_like(a)  # (laid out as a, as the kernel's output: run_elementwise)
 
 
 @torch.library.register_fake("myops::mul_backward")
 def _(grad, a, b):
     torch._check(a.shape == b.shape == grad.shape,
                  lambda: f"myops.mul_backward: grad and b must have the shape of a {list(a.shape)}")
-    return a.new_empty(a.shape), a.new_empty(a.shape)
+    return torch.empty_like(a), torch.empty_like(a)

@@ -23,7 +23,7 @@ def _(x, bias, scale):
     torch._check(x.dim() >= 1, lambda: "myops.scale_bias_relu: x must have at least 1 dimension")
     torch._check(bias.dim() == 1 and bias.shape[0] == x.shape[-1],
                  lambda: f"myops.scale_bias_relu: bias must have shape [{x.shape[-1]}]")
-    return x.new_empty(x.shape)
+    return torch.empty_like(x)  # (laid out as x, as the kernel's output: run_elementwise)
 
 
 @torch.library.register_fake("myops::scale_bias_relu_backward")

@@ -249,6 +249,21 @@ def check_opcheck(op, args: tuple, kwargs: dict | None = None) -> None:
     torch.library.opcheck(op, args, kwargs or {})
 
 
+def layout_operands(device: str, layout: str, n: int) -> tuple[torch.Tensor, ...]:
+    """n float32 [3, 5, 7] operands of one layout (seeds 0..n-1) that require grad: check_output_layout's inputs."""
+    return tuple(make_tensor((3, 5, 7), torch.float32, device, layout, seed=s).requires_grad_() for s in range(n))
+
+
+def check_output_layout(op, args: tuple, like: int = 0) -> None:
+    """op's tensor outputs laid out as args[like] (torch.empty_like: outputs of a transposed or permuted operand's
+    strides, as eager's elementwise ops give, so that neither side of the op pays a transposing copy), and its fake
+    impl saying the same (opcheck compares the strides)."""
+    want = torch.empty_like(args[like]).stride()
+    for o in _outputs(op(*args)):
+        assert o.stride() == want, f"output strides {o.stride()}, want {want} (those of argument {like})"
+    check_opcheck(op, tuple(args))
+
+
 def check_compile(fn: Callable, inputs: Sequence[torch.Tensor], backward: bool = True, tol: float = 0.0) -> None:
     """fn under torch.compile(fullgraph=True, dynamic=True) gives eager's result and gradients (no graph break:
     fullgraph raises on one). Run on two shapes to exercise the dynamic graph. Results must be bitwise equal

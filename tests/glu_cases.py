@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common import (DEVICES, DTYPES, LAYOUTS, check_against_eager, check_against_reference, check_close, check_compile,
-                    check_func, check_gradcheck, check_opcheck, make_tensor, raises, shapes)
+                    check_func, check_gradcheck, check_opcheck, check_output_layout, layout_operands, make_tensor, raises,
+                    shapes)
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,16 @@ def test_opcheck(glu, device, dtype):
     grad, gate, up = (make_tensor((4, 4), dtype, device, seed=s) for s in range(3))
     check_opcheck(glu.backward_op, (grad, gate, up))
     check_opcheck(glu.backward_op, (grad, h[:4, :4], h[:4, 5:9]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["transposed", "permuted"])
+def test_output_layout(glu, device, layout):
+    """Outputs laid out as gate (a transposed or permuted 3-D tensor), forward and backward."""
+    gate, up = layout_operands(device, layout, 2)
+    check_output_layout(glu.op, (gate, up))
+    grad = make_tensor((3, 5, 7), torch.float32, device, seed=2)
+    check_output_layout(glu.backward_op, (grad, gate.detach(), up.detach()), like=1)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_compile, check_func, check_gradcheck,
-                    check_opcheck, make_tensor, raises, shapes)
+                    check_opcheck, check_output_layout, layout_operands, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.add.default
 
@@ -39,6 +39,13 @@ def test_opcheck(device, dtype):
         a = make_tensor(shape, dtype, device).requires_grad_(rg)
         b = make_tensor(shape, dtype, device, seed=1).requires_grad_(rg)
         check_opcheck(OP, (a, b))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["transposed", "permuted"])
+def test_output_layout(device, layout):
+    """Outputs laid out as a (a transposed or permuted 3-D tensor), forward."""
+    check_output_layout(OP, layout_operands(device, layout, 2))
 
 
 @pytest.mark.parametrize("device", DEVICES)

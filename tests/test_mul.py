@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_close, check_compile, check_func,
-                    check_gradcheck, check_opcheck, make_tensor, raises, shapes)
+                    check_gradcheck, check_opcheck, check_output_layout, layout_operands, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.mul.default
 
@@ -59,6 +59,16 @@ def test_opcheck(device, dtype):
         check_opcheck(OP, (a, b))
         check_opcheck(torch.ops.myops.mul_backward.default, (make_tensor(shape, dtype, device, seed=2), a.detach(),
                                                              b.detach()))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["transposed", "permuted"])
+def test_output_layout(device, layout):
+    """Outputs laid out as a (a transposed or permuted 3-D tensor), forward and backward."""
+    a, b = layout_operands(device, layout, 2)
+    check_output_layout(OP, (a, b))
+    grad = make_tensor((3, 5, 7), torch.float32, device, layout, seed=2)
+    check_output_layout(torch.ops.myops.mul_backward.default, (grad, a.detach(), b.detach()), like=1)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, check_against_reference, check_close, check_compile, check_func,
-                    check_gradcheck, check_opcheck, make_tensor, raises, shapes)
+                    check_gradcheck, check_opcheck, check_output_layout, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.relu.default
 
@@ -51,6 +51,16 @@ def test_opcheck(device, dtype):
         check_opcheck(OP, (make_tensor(shape, dtype, device).requires_grad_(rg),))
     out = ops.relu(make_tensor((4, 4), dtype, device))
     check_opcheck(torch.ops.myops.relu_backward.default, (make_tensor((4, 4), dtype, device, seed=2), out))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["transposed", "permuted"])
+def test_output_layout(device, layout):
+    """Outputs laid out as x (a transposed or permuted 3-D tensor); the backward's as out."""
+    x = make_tensor((3, 5, 7), torch.float32, device, layout).requires_grad_()
+    check_output_layout(OP, (x,))
+    grad = make_tensor((3, 5, 7), torch.float32, device, seed=2)
+    check_output_layout(torch.ops.myops.relu_backward.default, (grad, ops.relu(x.detach())), like=1)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -5,7 +5,7 @@ from hypothesis import strategies as st
 
 import ops
 from common import (DEVICES, DTYPES, LAYOUTS, bias_cases, check_against_reference, check_bias_op, check_compile,
-                    check_func, check_gradcheck, check_opcheck, make_tensor, raises, shapes)
+                    check_func, check_gradcheck, check_opcheck, check_output_layout, make_tensor, raises, shapes)
 
 OP = torch.ops.myops.scale_bias_relu.default
 
@@ -54,6 +54,14 @@ def test_opcheck(device, dtype):
         check_opcheck(OP, (x, bias, 1.5))
     g, out = make_tensor((4, 4), dtype, device), make_tensor((4, 4), dtype, device, seed=1)
     check_opcheck(torch.ops.myops.scale_bias_relu_backward.default, (g, out, 0.5))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["transposed", "permuted"])
+def test_output_layout(device, layout):
+    """The output laid out as x (a transposed or permuted 3-D tensor)."""
+    x = make_tensor((3, 5, 7), torch.float32, device, layout).requires_grad_()
+    check_output_layout(OP, (x, make_tensor((7,), torch.float32, device, seed=1).requires_grad_(), 1.5))
 
 
 @pytest.mark.parametrize("device", DEVICES)

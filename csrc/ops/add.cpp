@@ -9,7 +9,7 @@ myops::EwKernel k_add("add");
 at::Tensor add(const at::Tensor& a, const at::Tensor& b) {
   myops::dtype_code(a, "add", "a");
   myops::check_like(a, b, "add", "a", "b");
-  at::Tensor out = at::empty(a.sizes(), a.options());
+  at::Tensor out = at::empty_like(a);  // (laid out as a: run_elementwise)
   myops::run_elementwise(k_add, {out}, {a, b});
   return out;
 }

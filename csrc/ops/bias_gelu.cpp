@@ -14,7 +14,7 @@ myops::EwSumKernel k_bwd("bias_gelu_backward");
 at::Tensor bias_gelu(const at::Tensor& x, const at::Tensor& bias) {
   myops::dtype_code(x, "bias_gelu", "x");
   myops::check_last_dim_vector(x, bias, "bias_gelu", "x", "bias");
-  at::Tensor out = at::empty(x.sizes(), x.options());
+  at::Tensor out = at::empty_like(x);  // (laid out as x: run_elementwise)
   myops::run_elementwise(k_fwd, {out}, {x, bias.expand(x.sizes())});
   return out;
 }

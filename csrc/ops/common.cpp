@@ -4,7 +4,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <mutex>
 
 #ifdef MYOPS_WITH_CUDA
@@ -241,31 +243,52 @@ void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs_l, std:
   if (ref.numel() == 0) return;
   const at::IntArrayRef shape = ref.sizes();
 
+  // The dims in the first output's memory order, outermost first (stable: a row-major output keeps its order). The
+  // ops allocate their outputs as their first operand (empty_like), so a transposed or permuted input and its output
+  // collapse to unit-stride columns together instead of one of them striding.
+  std::vector<int64_t> perm(shape.size());
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  const at::IntArrayRef ostr = ref.strides();
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return ostr[a] > ostr[b]; });
+  const auto permuted = [&](at::IntArrayRef v) {
+    std::vector<int64_t> r(v.size());
+    for (size_t d = 0; d < perm.size(); ++d) r[d] = v[perm[d]];
+    return r;
+  };
+  const std::vector<int64_t> pshape = permuted(shape);
   int64_t rows = 0, cols = 0;
   std::vector<std::pair<int64_t, int64_t>> st;
   auto try_collapse = [&] {
-    std::vector<at::IntArrayRef> strides;
-    for (auto& t : ins) strides.push_back(t.strides());
-    for (auto& t : outs) strides.push_back(t.strides());
-    return collapse_2d(shape, strides, rows, cols, st);
+    std::vector<std::vector<int64_t>> owned;
+    for (auto& t : ins) owned.push_back(permuted(t.strides()));
+    for (auto& t : outs) owned.push_back(permuted(t.strides()));
+    const std::vector<at::IntArrayRef> strides(owned.begin(), owned.end());
+    return collapse_2d(pshape, strides, rows, cols, st);
+  };
+  // t copied into the outputs' layout (dense: empty_like), which collapses to one group in its memory order.
+  const auto like_output = [&](const at::Tensor& t) {
+    return at::empty_strided(ref.sizes(), ref.strides(), t.options()).copy_(t);
   };
   if (!try_collapse()) {
-    // A layout with three or more irreducible strided dims (e.g. a permuted 3-D view): copy such inputs once.
-    // A per-feature vector broadcast over rows (strides 0, ..., 0, s) stays as it is: it collapses against
-    // contiguous operands.
+    // A layout with three or more irreducible strided dims against the outputs' (e.g. a permuted 3-D view beside a
+    // row-major operand): copy such inputs once. A per-feature vector broadcast over rows (strides 0, ..., 0, s)
+    // stays as it is where it collapses against the others (its feature dim outermost or innermost in the outputs'
+    // order), and is copied too where not.
     for (auto& t : ins)
-      if (!row_broadcast(t)) t = t.contiguous();
-    TORCH_INTERNAL_ASSERT(try_collapse(), "myops.", k.name, ": layout did not collapse after a contiguous copy");
+      if (!row_broadcast(t)) t = like_output(t);
+    if (!try_collapse())
+      for (auto& t : ins) t = like_output(t);
+    TORCH_INTERNAL_ASSERT(try_collapse(), "myops.", k.name, ": layout did not collapse after a copy");
   }
   if (ref.is_cpu() && cols > 1) {
-    // CPU inputs whose columns are strided against the (row-major) outputs, a transposed view: copied once, as
-    // rows_view does (cpu_gathers). 2 threads, bf16, two transposed [1024, 4096] tensors: add 11.3 -> 5.1 ms,
-    // swiglu 11.7 -> 5.7. Eager's 0.3 and 1.0 write the output in the inputs' layout, which these ops' outputs
-    // (row-major, as their fake impls say) do not.
+    // CPU inputs whose columns are strided against the outputs (a transposed view beside a row-major one): copied
+    // once, as rows_view does (cpu_gathers). 2 threads, bf16, two transposed [1024, 4096] tensors, when outputs were
+    // row-major: add 11.3 -> 5.1 ms, swiglu 11.7 -> 5.7 (eager 0.3 and 1.0; outputs laid out as the first operand
+    // took that case off this path).
     bool copied = false;
     for (size_t i = 0; i < ins.size(); ++i)
       if (st[i].second != 0 && st[i].second != 1) {
-        ins[i] = unit_columns(ins[i]);
+        ins[i] = row_broadcast(ins[i]) && ostr.back() == 1 ? unit_columns(ins[i]) : like_output(ins[i]);
         copied = true;
       }
     if (copied) TORCH_INTERNAL_ASSERT(try_collapse(), "myops.", k.name, ": layout did not collapse after a copy");

@@ -22,7 +22,7 @@ inline void check_gate_up(const at::Tensor& gate, const at::Tensor& up, const ch
 
 inline at::Tensor glu_forward(GluKernels& k, const at::Tensor& gate, const at::Tensor& up) {
   check_gate_up(gate, up, k.name.c_str());
-  at::Tensor out = at::empty(gate.sizes(), gate.options());
+  at::Tensor out = at::empty_like(gate);  // (laid out as gate: run_elementwise)
   run_elementwise(k.fwd, {out}, {gate, up});
   return out;
 }
@@ -32,8 +32,8 @@ inline std::tuple<at::Tensor, at::Tensor> glu_backward(GluKernels& k, const at::
   const std::string op = k.name + "_backward";
   check_gate_up(gate, up, op.c_str());
   check_like(gate, grad, op.c_str(), "gate", "grad");
-  at::Tensor dgate = at::empty(gate.sizes(), gate.options());
-  at::Tensor dup = at::empty(gate.sizes(), gate.options());
+  // (both laid out as gate: one layout for run_elementwise's outputs)
+  at::Tensor dgate = at::empty_like(gate), dup = at::empty_like(gate);
   run_elementwise(k.bwd, {dgate, dup}, {grad, gate, up});
   return {dgate, dup};
 }

@@ -11,7 +11,7 @@ myops::EwKernel k_mul("mul"), k_mul_backward("mul_backward");
 at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
   myops::dtype_code(a, "mul", "a");
   myops::check_like(a, b, "mul", "a", "b");
-  at::Tensor out = at::empty(a.sizes(), a.options());
+  at::Tensor out = at::empty_like(a);  // (laid out as a: run_elementwise)
   myops::run_elementwise(k_mul, {out}, {a, b});
   return out;
 }
@@ -21,7 +21,8 @@ std::tuple<at::Tensor, at::Tensor> mul_backward(const at::Tensor& grad, const at
   myops::dtype_code(a, op, "a");
   myops::check_like(a, b, op, "a", "b");
   myops::check_like(a, grad, op, "a", "grad");
-  at::Tensor da = at::empty(a.sizes(), a.options()), db = at::empty(a.sizes(), a.options());
+  // (both laid out as a: one layout for run_elementwise's outputs)
+  at::Tensor da = at::empty_like(a), db = at::empty_like(a);
   myops::run_elementwise(k_mul_backward, {da, db}, {grad, a, b});
   return {da, db};
 }

@@ -11,7 +11,7 @@ const myops::OpRef relu_backward_op("relu_backward");
 
 at::Tensor relu(const at::Tensor& x) {
   myops::dtype_code(x, "relu", "x");
-  at::Tensor out = at::empty(x.sizes(), x.options());
+  at::Tensor out = at::empty_like(x);  // (laid out as x: run_elementwise)
   myops::run_elementwise(k_relu, {out}, {x});
   return out;
 }
@@ -19,7 +19,7 @@ at::Tensor relu(const at::Tensor& x) {
 at::Tensor relu_backward(const at::Tensor& grad, const at::Tensor& out) {
   myops::dtype_code(grad, "relu_backward", "grad");
   myops::check_like(grad, out, "relu_backward", "grad", "out");
-  at::Tensor dx = at::empty(grad.sizes(), grad.options());
+  at::Tensor dx = at::empty_like(out);  // (as out, so as relu's input)
   myops::run_elementwise(k_relu_backward, {dx}, {grad, out});
   return dx;
 }

@@ -12,7 +12,7 @@ myops::EwSumKernel k_bwd("scale_bias_relu_backward");
 at::Tensor scale_bias_relu(const at::Tensor& x, const at::Tensor& bias, double scale) {
   myops::dtype_code(x, "scale_bias_relu", "x");
   myops::check_last_dim_vector(x, bias, "scale_bias_relu", "x", "bias");
-  at::Tensor out = at::empty(x.sizes(), x.options());
+  at::Tensor out = at::empty_like(x);  // (laid out as x: run_elementwise)
   myops::run_elementwise(k_fwd, {out}, {x, bias.expand(x.sizes())}, {scale});
   return out;
 }
