@@ -384,12 +384,13 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
 // head (to its first 16-byte boundary) and tail (after its last whole vector), under VEC elements each, one element
 // a thread; the rest in 16-byte loads, NS vectors a thread, all issued before the fold; the fold, its reduction and
 // the outputs are fwd_kernel's (the same formulas, in the same order within a thread). blockDim.x threads a row: 32
-// and blockDim.y rows a CTA, or a multiple of 32 and one row (mis_fwd_geo). H200, forward / forward+backward, % of
-// copy (session 55, torch 2.11), the engine -> these: bf16 [65536, 1001] 17.1 / 19.9 -> 67.9 / 83.4 (eager 57.2 /
-// 46.1, torch.compile 78.4 / 81.4), fp32 32.9 / 30.4 -> 67.9 / 84.4, bf16 [16384, 4095] 16.3 / 19.3 -> 68.7 / 83.6,
-// bf16 [4096, 50257] 9.5 / 9.8 -> 48.7 / 14.6 (its backward on the engine: past mis_bwd_geo). MYOPS_SOFTMAX_MIS=0:
-// the engine (A/B). With the forward's statistics in two passes (mis_two, session 56): bf16 [65536, 1001] 92.0 /
-// 96.0 (eager 57.5 / 46.3, compile 78.8 / 81.4), fp32 93.7 / 98.2 (88.3 / 61.2, 89.8 / 96.1).
+// (or 8 or 16: mis_subwarp) and blockDim.y rows a CTA, or a multiple of 32 and one row (mis_fwd_geo). H200, forward
+// / forward+backward, % of copy (session 55, torch 2.11), the engine -> these: bf16 [65536, 1001] 17.1 / 19.9 ->
+// 67.9 / 83.4 (eager 57.2 / 46.1, torch.compile 78.4 / 81.4), fp32 32.9 / 30.4 -> 67.9 / 84.4, bf16 [16384, 4095]
+// 16.3 / 19.3 -> 68.7 / 83.6, bf16 [4096, 50257] 9.5 / 9.8 -> 48.7 / 14.6 (its backward on the engine: past
+// mis_bwd_geo). MYOPS_SOFTMAX_MIS=0: the engine (A/B). With the forward's statistics in two passes (mis_two, session
+// 56): bf16 [65536, 1001] 92.0 / 96.0 (eager 57.5 / 46.3, compile 78.8 / 81.4), fp32 93.7 / 98.2 (88.3 / 61.2, 89.8
+// / 96.1).
 constexpr int kMisThreads = 1024, kMisThreads8 = 896, kMisRows = 8;
 // A 16-byte vector held as words (not an element array: 16-bit elements were given a register each, and bf16
 // spilled), its elements in acc_t.
@@ -402,9 +403,11 @@ template <class T> __device__ __forceinline__ void word_vec(const uint4& q, acc_
 // v combined over the row's blockDim.x threads by op: each warp by shuffles; one row a CTA (over 32 threads), its
 // warps' values in red [32], shared, in warp order, as Ctx::reduce. (rr::RowReduce, whose cluster path is compiled in
 // beside, left the bf16 8-vector forward 16-28 bytes of spills at its register bound.)
+// (blockDim.x under 32, a power of 2: several rows a warp, each of blockDim.x lanes, the shuffles kept inside them.)
 template <class V, class Op> __device__ __forceinline__ V mis_reduce(V v, Op op, V* red) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, rr::shfl_xor(v, o));
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < (int)blockDim.x) v = op(v, rr::shfl_xor(v, o));
   if (blockDim.x > 32) {
     if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
     __syncthreads();
@@ -781,6 +784,12 @@ inline bool mis_two() {
   static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_2P", 1, [](int m) { return m == 0 || m == 1; });
   return v == 1;
 }
+// MYOPS_SOFTMAX_MIS_SUBWARP=1: short misaligned rows on part of a warp (mis_fwd_geo); 0 (default) a warp a row.
+// Read once.
+inline bool mis_subwarp() {
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_SUBWARP", 0, [](int m) { return m == 0 || m == 1; });
+  return v == 1;
+}
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
 // elements, GPT-2's 50257 included; 0: neither) and threads a row for rows of N elements of es bytes: the fewest
 // warps that hold the row's vectors. (ptxas, sm_90a: 32-65 registers but bf16 at 8 vectors, which spilled 36 bytes
@@ -798,6 +807,15 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
   if (!g.ns || N >= INT_MAX) return MisGeo{};
   g.tpr = (int)ceil_div(ceil_div(nv, (int64_t)g.ns), (int64_t)32) * 32;
   g.rows = g.tpr == 32 ? kMisRows : 1;
+  // Short rows on part of a warp (MYOPS_SOFTMAX_MIS_SUBWARP=1): 16 lanes a 16-bit row, 8 an fp32 one (a row's head
+  // and tail, up to 2 VEC - 2 elements, take one lane each), where they hold its vectors at 4 a lane (16-bit rows of
+  // up to 512 elements, fp32 128), rows of 256-thread CTAs. A warp a row runs one to four of its lanes' loads at N =
+  // 127: 2048 threads an SM keep 64 rows of 254 bytes in flight, 16 KB. (Not yet GPU-run.)
+  const int sub = es == 4 ? 8 : 16;
+  if (mis_subwarp() && g.ns == 4 && ceil_div(nv, (int64_t)4) <= sub) {
+    g.tpr = sub;
+    g.rows = 256 / sub;
+  }
   if (ceil_div(M, (int64_t)g.rows) >= INT_MAX) return MisGeo{};
   return g;
 }
