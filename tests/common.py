@@ -250,8 +250,12 @@ def check_opcheck(op, args: tuple, kwargs: dict | None = None) -> None:
 
 
 def layout_operands(device: str, layout: str, n: int) -> tuple[torch.Tensor, ...]:
-    """n float32 [3, 5, 7] operands of one layout (seeds 0..n-1) that require grad: check_output_layout's inputs."""
-    return tuple(make_tensor((3, 5, 7), torch.float32, device, layout, seed=s).requires_grad_() for s in range(n))
+    """n float32 [3, 5, 7] operands (seeds 0..n-1) that require grad, check_output_layout's inputs: of one layout, or
+    of a comma-separated list's in turn ("transposed,contiguous": a mixed pair, whose second is copied into the
+    first's layout)."""
+    ls = layout.split(",")
+    return tuple(make_tensor((3, 5, 7), torch.float32, device, ls[s % len(ls)], seed=s).requires_grad_()
+                 for s in range(n))
 
 
 def check_output_layout(op, args: tuple, like: int = 0) -> None:

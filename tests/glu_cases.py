@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from common import (DEVICES, DTYPES, LAYOUTS, check_against_eager, check_against_reference, check_close, check_compile,
-                    check_func, check_gradcheck, check_opcheck, check_output_layout, layout_operands, make_tensor, raises,
-                    shapes)
+                    check_func, check_gradcheck, check_opcheck, check_output_layout, layout_operands, make_tensor,
+                    raises, shapes)
 
 
 @dataclass(frozen=True)
@@ -175,9 +175,10 @@ def test_opcheck(glu, device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("layout", ["transposed", "permuted"])
+@pytest.mark.parametrize("layout", ["transposed", "permuted", "transposed,contiguous", "permuted,transposed"])
 def test_output_layout(glu, device, layout):
-    """Outputs laid out as gate (a transposed or permuted 3-D tensor), forward and backward."""
+    """Outputs laid out as gate (a transposed or permuted 3-D tensor; up of its layout or another), forward and
+    backward."""
     gate, up = layout_operands(device, layout, 2)
     check_output_layout(glu.op, (gate, up))
     grad = make_tensor((3, 5, 7), torch.float32, device, seed=2)

@@ -42,9 +42,9 @@ def test_opcheck(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("layout", ["transposed", "permuted"])
+@pytest.mark.parametrize("layout", ["transposed", "permuted", "transposed,contiguous", "permuted,transposed"])
 def test_output_layout(device, layout):
-    """Outputs laid out as a (a transposed or permuted 3-D tensor), forward."""
+    """Outputs laid out as a (a transposed or permuted 3-D tensor; b of its layout or another), forward."""
     check_output_layout(OP, layout_operands(device, layout, 2))
 
 

@@ -62,9 +62,9 @@ def test_opcheck(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("layout", ["transposed", "permuted"])
+@pytest.mark.parametrize("layout", ["transposed", "permuted", "transposed,contiguous", "permuted,transposed"])
 def test_output_layout(device, layout):
-    """Outputs laid out as a (a transposed or permuted 3-D tensor), forward and backward."""
+    """Outputs laid out as a (a transposed or permuted 3-D tensor; b of its layout or another), forward and backward."""
     a, b = layout_operands(device, layout, 2)
     check_output_layout(OP, (a, b))
     grad = make_tensor((3, 5, 7), torch.float32, device, layout, seed=2)
