@@ -13,9 +13,12 @@ def check_dim(op: str, x: torch.Tensor | int, dim: int) -> int:
 
 
 def moved_empty(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """The output the kernels produce: allocated with dim last, then moved back into place."""
+    """The output the kernels produce: on the CPU laid out as x (empty_like, eager's layout); elsewhere (CUDA)
+    allocated with dim last, then moved back into place."""
     if x.dim() == 0:
         return x.new_empty(())
+    if x.device.type == "cpu":
+        return torch.empty_like(x)
     return x.movedim(dim, -1).new_empty(x.movedim(dim, -1).shape).movedim(-1, dim)
 
 

@@ -267,6 +267,44 @@ def test_compile(sm, device):
     check_compile(lambda x: sm.fn(x, 0), [make_tensor((9, 33), torch.float32, device)])
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cpu_layout(sm, dtype):
+    """On the CPU the output is laid out as x and the gradient as y (empty_like, eager's layouts): a dim that is not
+    innermost in memory (dim 0 of a row-major x, the last of a transposed one, the middle of a permuted 3-D one) runs
+    as the columns of [A, D, B] in tiles (csrc/cpu/softmax.h, softmax_cols_*), partial tiles too; d innermost with
+    permuted leading dims as rows. Values within TOL of float64 and within
+    twice eager's error (fp32 and narrower), gradients likewise, strides as empty_like's, and opcheck (the fake impl's
+    strides)."""
+    cases = [((300, 70), 0, None), ((37, 300), 0, None), ((5, 37, 70), 1, None), ((70, 300), 1, (1, 0)),
+             ((6, 7, 9), 0, (2, 0, 1)), ((2, 3, 4, 5), 2, (0, 2, 3, 1)), ((4, 5, 6), 2, (1, 0, 2)),
+             ((3, 1, 5), 0, None)]
+    for shape, dim, perm in cases:
+        x = make_tensor(shape, dtype, "cpu", seed=len(shape) + dim) * 4
+        if perm is not None:  # the same values stored in the order perm
+            x = x.permute(perm).contiguous().permute([perm.index(i) for i in range(len(perm))])
+        x.requires_grad_()
+        y = sm.fn(x, dim)
+        g = make_tensor(shape, dtype, "cpu", seed=7)
+        (dx,) = torch.autograd.grad(y, x, g)
+        x64 = x.detach().double().requires_grad_()
+        y64 = sm.torch_fn(x64, dim)
+        (dx64,) = torch.autograd.grad(y64, x64, g.double())
+        xe = x.detach().clone().requires_grad_()
+        ye = sm.torch_fn(xe, dim)
+        (dxe,) = torch.autograd.grad(ye, xe, g)
+        what = f"{shape} dim {dim} perm {perm} {dtype}"
+        want = torch.empty_like(x).stride()
+        assert y.stride() == want and dx.stride() == want, f"{what}: strides {y.stride()}, {dx.stride()}, want {want}"
+        check_close(y, y64, dtype, what=f"output {what}")
+        if dtype == torch.float64:  # (eager's fp64 is the reference itself; 16-bit gradients carry y's rounding)
+            check_close(dx, dx64, dtype, what=f"gradient {what}")
+        else:
+            check_vs_eager(y.detach(), ye.detach(), y64, dtype, what=f"output {what}")
+            check_vs_eager(dx, dxe, dx64, dtype, what=f"gradient {what}")
+        check_opcheck(sm.op, (x, dim))
+        check_opcheck(sm.backward_op, (g, y.detach(), dim))
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_bad_inputs(sm, device):
     x = make_tensor((4, 5), torch.float32, device)

@@ -183,6 +183,23 @@ RowsView rows_view(const at::Tensor& t) {
   return v;
 }
 
+std::vector<int64_t> memory_order(at::IntArrayRef strides) {
+  std::vector<int64_t> perm(strides.size());
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return strides[a] > strides[b]; });
+  return perm;
+}
+
+at::Tensor as_layout(const at::Tensor& t, const at::Tensor& ref, const std::vector<int64_t>& perm) {
+  if (t.strides() == ref.strides()) return t;
+  std::vector<int64_t> shape(perm.size()), inv(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) {
+    shape[d] = ref.size(perm[d]);
+    inv[perm[d]] = static_cast<int64_t>(d);
+  }
+  return at::empty(shape, t.options()).copy_(t.permute(perm)).permute(inv);
+}
+
 myops_out_operand out_rows(const at::Tensor& t) {
   TORCH_INTERNAL_ASSERT(t.is_contiguous() && t.dim() >= 1);
   return {t.data_ptr(), t.size(-1), 1};
@@ -246,10 +263,8 @@ void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs_l, std:
   // The dims in the first output's memory order, outermost first (stable: a row-major output keeps its order). The
   // ops allocate their outputs as their first operand (empty_like), so a transposed or permuted input and its output
   // collapse to unit-stride columns together instead of one of them striding.
-  std::vector<int64_t> perm(shape.size());
-  std::iota(perm.begin(), perm.end(), int64_t{0});
+  const std::vector<int64_t> perm = memory_order(ref.strides());
   const at::IntArrayRef ostr = ref.strides();
-  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return ostr[a] > ostr[b]; });
   const auto permuted = [&](at::IntArrayRef v) {
     std::vector<int64_t> r(v.size());
     for (size_t d = 0; d < perm.size(); ++d) r[d] = v[perm[d]];
@@ -265,15 +280,9 @@ void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs_l, std:
     const std::vector<at::IntArrayRef> strides(owned.begin(), owned.end());
     return collapse_2d(pshape, strides, rows, cols, st);
   };
-  // t copied into the outputs' layout (dense: empty_like), which collapses to one group in its memory order: a
-  // contiguous buffer in the outputs' dim order, viewed back (ATen's copy into a strided destination has no blocked
-  // path: bf16 add(a.t(), b) [1024, 4096], 2 threads, 6905 us through empty_strided against 2147 this way). Inputs
-  // already laid out as the outputs are not copied.
-  std::vector<int64_t> inv(perm.size());
-  for (size_t d = 0; d < perm.size(); ++d) inv[perm[d]] = static_cast<int64_t>(d);
-  const auto like_output = [&](const at::Tensor& t) {
-    return at::empty(pshape, t.options()).copy_(t.permute(perm)).permute(inv);
-  };
+  // t copied into the outputs' layout (dense: empty_like), which collapses to one group in its memory order (inputs
+  // already laid out as the outputs are not copied).
+  const auto like_output = [&](const at::Tensor& t) { return as_layout(t, ref, perm); };
   const auto as_output = [&](const at::Tensor& t) { return t.strides() == ref.strides(); };
   if (!try_collapse()) {
     // A layout with three or more irreducible strided dims against the outputs' (e.g. a permuted 3-D view beside a

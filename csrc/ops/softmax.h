@@ -1,7 +1,9 @@
 // softmax.h: what the registrations of softmax and log_softmax share (they differ only in their kernels).
 //   <op>(x, dim) -> y;  <op>_backward(grad, y, dim) -> dx
-// dim is moved last (a view); the kernels see rows [M, N] with strides, so no copy unless the leading dims of that
-// view do not collapse. The output is allocated in the moved layout and moved back (the fake impl matches).
+// CUDA: dim is moved last (a view); the kernels see rows [M, N] with strides, so no copy unless the leading dims of
+// that view do not collapse. The output is allocated in the moved layout and moved back. CPU: the output laid out as
+// x (empty_like, eager's layout), a dim that is not innermost in it taken as the columns of [A, D, B]
+// (softmax_forward_cpu). The fake impl matches both.
 #pragma once
 #include "autograd.h"
 #include "batching.h"
@@ -15,15 +17,37 @@ struct SoftmaxKernels {
   using BwdCpu = int (*)(myops_out_operand, myops_operand, myops_operand, int64_t, int64_t, int);
   using BwdCuda = int (*)(myops_out_operand, myops_operand, myops_operand, int64_t, int64_t, int, void*);
   using MisRows = int (*)(int64_t, int64_t, int, int);
+  using FwdColsCpu = int (*)(void*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t, int);
+  using BwdColsCpu = int (*)(void*, const void*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t, int);
   explicit SoftmaxKernels(const std::string& op)
       : fwd_cpu("myops_" + op + "_cpu"), fwd_cuda("myops_" + op + "_cuda"), bwd_cpu("myops_" + op + "_backward_cpu"),
-        bwd_cuda("myops_" + op + "_backward_cuda"), mis_rows("myops_softmax_mis_rows_cuda") {}
+        bwd_cuda("myops_" + op + "_backward_cuda"), mis_rows("myops_softmax_mis_rows_cuda"),
+        fwd_cols_cpu("myops_" + op + "_cols_cpu"), bwd_cols_cpu("myops_" + op + "_backward_cols_cpu") {}
   Kernel<FwdCpu> fwd_cpu;
   Kernel<FwdCuda> fwd_cuda;
   Kernel<BwdCpu> bwd_cpu;
   Kernel<BwdCuda> bwd_cuda;
   Kernel<MisRows> mis_rows;  // (both ops': softmax.cu)
+  Kernel<FwdColsCpu> fwd_cols_cpu;
+  Kernel<BwdColsCpu> bwd_cols_cpu;
 };
+
+// The CPU's operands laid out as out (dense: empty_like of x or y) with dim d not innermost in it: [A, D, B] in
+// memory order, the dim's columns in tiles (csrc/cpu/softmax.h, softmax_cols_*); B = 1 (d innermost, its leading
+// dims permuted): rows [A, D].
+struct ColsView {
+  int64_t A = 1, D = 1, B = 1;
+};
+inline ColsView cols_view(const at::Tensor& out, int64_t d, const std::vector<int64_t>& perm) {
+  ColsView v;
+  v.D = out.size(d);
+  bool inner = false;
+  for (const int64_t p : perm) {
+    if (p == d) inner = true;
+    else (inner ? v.B : v.A) *= out.size(p);
+  }
+  return v;
+}
 
 // v as the kernels see a fresh contiguous tensor (a copy of t, whose rows v views) where `fresh` (the rows take the
 // CUDA misaligned kernels, whose sums follow each row's offset from a 16-byte boundary: softmax.cuh's mis_rows) and
@@ -42,9 +66,47 @@ inline int64_t softmax_dim(int64_t ndim, int64_t dim, const char* op) {
 }
 inline int64_t softmax_dim(const at::Tensor& x, int64_t dim, const char* op) { return softmax_dim(x.dim(), dim, op); }
 
+// The CPU's forward of x with dim d (x of 1 dim or more): y laid out as x. Where d is innermost in y and y's other
+// dims row-major (dim -1 of a row-major x, strided rows too), rows as the CUDA path's; otherwise x in y's layout (a
+// copy where it is not) as [A, D, B]. The former path copied x to rows along d and returned y in that moved layout:
+// softmax over dim 0 of a row-major x then cost two transposing copies forward and backward, and the gradient a third.
+inline at::Tensor softmax_forward_cpu(SoftmaxKernels& k, const char* op, const at::Tensor& x_in, int64_t d,
+                                      int dtype) {
+  at::Tensor y = at::empty_like(x_in);
+  if (y.numel() == 0) return y;
+  const int64_t es = y.element_size();
+  const at::Tensor ym = y.movedim(d, -1);
+  if (ym.is_contiguous()) {
+    const RowsView v = rows_view(x_in.movedim(d, -1));
+    const auto fn = k.fwd_cpu.get();
+    cpu_rows(v.M, v.N, op, [&](int64_t b, int64_t e) {
+      return fn(shifted(out_rows(ym), b, es), shifted(v.op, b, es), e - b, v.N, dtype);
+    });
+    return y;
+  }
+  const std::vector<int64_t> perm = memory_order(y.strides());
+  const at::Tensor x = as_layout(x_in, y, perm);
+  const ColsView c = cols_view(y, d, perm);
+  if (c.B == 1) {
+    const auto fn = k.fwd_cpu.get();
+    const myops_operand xo{x.data_ptr(), c.D, 1};
+    const myops_out_operand yo{y.data_ptr(), c.D, 1};
+    cpu_rows(c.A, c.D, op, [&](int64_t b, int64_t e) {
+      return fn(shifted(yo, b, es), shifted(xo, b, es), e - b, c.D, dtype);
+    });
+    return y;
+  }
+  const auto fn = k.fwd_cols_cpu.get();
+  cpu_rows(c.A * c.B, c.D, op, [&](int64_t b, int64_t e) {
+    return fn(y.data_ptr(), x.data_ptr(), c.A, c.D, c.B, b, e, dtype);
+  });
+  return y;
+}
+
 inline at::Tensor softmax_forward(SoftmaxKernels& k, const char* op, const at::Tensor& x_in, int64_t dim) {
   const int dtype = dtype_code(x_in, op, "x");
   const int64_t d = softmax_dim(x_in, dim, op);
+  if (x_in.is_cpu() && x_in.dim() > 0) return softmax_forward_cpu(k, op, x_in, d, dtype);
   const at::Tensor x = x_in.dim() == 0 ? x_in.reshape({1}) : x_in.movedim(d, -1);
   at::Tensor y = at::empty(x.sizes(), x.options());
   const RowsView v = rows_view(x);
@@ -66,11 +128,46 @@ inline at::Tensor softmax_forward(SoftmaxKernels& k, const char* op, const at::T
   return x_in.dim() == 0 ? y.reshape({}) : y.movedim(-1, d);
 }
 
+// The CPU's backward, as softmax_forward_cpu: dx laid out as y (so as x, whose gradient AccumulateGrad then keeps).
+inline at::Tensor softmax_backward_cpu(SoftmaxKernels& k, const char* op, const at::Tensor& grad_in,
+                                       const at::Tensor& y_in, int64_t d, int dtype) {
+  at::Tensor dx = at::empty_like(y_in);
+  if (dx.numel() == 0) return dx;
+  const int64_t es = dx.element_size();
+  const at::Tensor dm = dx.movedim(d, -1);
+  if (dm.is_contiguous()) {
+    const RowsView gv = rows_view(grad_in.movedim(d, -1)), yv = rows_view(y_in.movedim(d, -1));
+    const auto fn = k.bwd_cpu.get();
+    cpu_rows(yv.M, yv.N, op, [&](int64_t b, int64_t e) {
+      return fn(shifted(out_rows(dm), b, es), shifted(gv.op, b, es), shifted(yv.op, b, es), e - b, yv.N, dtype);
+    });
+    return dx;
+  }
+  const std::vector<int64_t> perm = memory_order(dx.strides());
+  const at::Tensor g = as_layout(grad_in, dx, perm), y = as_layout(y_in, dx, perm);
+  const ColsView c = cols_view(dx, d, perm);
+  if (c.B == 1) {
+    const auto fn = k.bwd_cpu.get();
+    const myops_operand go{g.data_ptr(), c.D, 1}, yo{y.data_ptr(), c.D, 1};
+    const myops_out_operand dxo{dx.data_ptr(), c.D, 1};
+    cpu_rows(c.A, c.D, op, [&](int64_t b, int64_t e) {
+      return fn(shifted(dxo, b, es), shifted(go, b, es), shifted(yo, b, es), e - b, c.D, dtype);
+    });
+    return dx;
+  }
+  const auto fn = k.bwd_cols_cpu.get();
+  cpu_rows(c.A * c.B, c.D, op, [&](int64_t b, int64_t e) {
+    return fn(dx.data_ptr(), g.data_ptr(), y.data_ptr(), c.A, c.D, c.B, b, e, dtype);
+  });
+  return dx;
+}
+
 inline at::Tensor softmax_backward(SoftmaxKernels& k, const char* op, const at::Tensor& grad_in,
                                    const at::Tensor& y_in, int64_t dim) {
   const int dtype = dtype_code(y_in, op, "y");
   check_like(y_in, grad_in, op, "y", "grad");
   const int64_t d = softmax_dim(y_in, dim, op);
+  if (y_in.is_cpu() && y_in.dim() > 0) return softmax_backward_cpu(k, op, grad_in, y_in, d, dtype);
   auto moved = [&](const at::Tensor& t) { return t.dim() == 0 ? t.reshape({1}) : t.movedim(d, -1); };
   const at::Tensor g = moved(grad_in), y = moved(y_in);
   at::Tensor dx = at::empty(y.sizes(), y.options());
