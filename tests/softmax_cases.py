@@ -271,13 +271,14 @@ def test_compile(sm, device):
 def test_cpu_layout(sm, dtype):
     """On the CPU the output is laid out as x and the gradient as y (empty_like, eager's layouts): a dim that is not
     innermost in memory (dim 0 of a row-major x, the last of a transposed one, the middle of a permuted 3-D one) runs
-    as the columns of [A, D, B] in tiles (csrc/cpu/softmax.h, softmax_cols_*), partial tiles too; d innermost with
-    permuted leading dims as rows. Values within TOL of float64 and within
+    as the columns of [A, D, B] in tiles (csrc/cpu/softmax.h, softmax_cols_*), partial tiles too, and D over 16384
+    (softmax's exps recomputed, not kept); fewer than 64 bytes of columns (B es) and d innermost with permuted
+    leading dims as rows. Values within TOL of float64 and within
     twice eager's error (fp32 and narrower), gradients likewise, strides as empty_like's, and opcheck (the fake impl's
     strides)."""
     cases = [((300, 70), 0, None), ((37, 300), 0, None), ((5, 37, 70), 1, None), ((70, 300), 1, (1, 0)),
              ((6, 7, 9), 0, (2, 0, 1)), ((2, 3, 4, 5), 2, (0, 2, 3, 1)), ((4, 5, 6), 2, (1, 0, 2)),
-             ((3, 1, 5), 0, None)]
+             ((3, 1, 5), 0, None), ((300, 4), 0, None), ((17000, 70), 0, None)]
     for shape, dim, perm in cases:
         x = make_tensor(shape, dtype, "cpu", seed=len(shape) + dim) * 4
         if perm is not None:  # the same values stored in the order perm

@@ -282,10 +282,13 @@ MYOPS_CPU_VEC static int softmax_rows_backward(const myops_out_operand* dx, cons
  * in L2 between passes), the formulas of softmax_row_forward_f32 and softmax_row_backward_f32 (their exps without
  * the _mid variant); fp64 gathers each tile into rows for the row kernels above (softmax_tile_move). Replaces a copy
  * of the tensor to rows along the dim and an output in that moved layout. Softmax over dim 0 of [4096, 1024], 2
- * threads (2-core EPYC VM), us, before -> after (eager): bf16 forward 2754 -> 1408 (1326), forward+backward 12315 ->
- * 3364 (3599); fp32 4112 -> 4030 (3922), 18147 -> 10455 (8053). (Tiles of 512 bytes: no better.) */
+ * threads (2-core EPYC VM), us, before -> after (eager): bf16 forward 2754 -> 1373 (1406), forward+backward 12315 ->
+ * 3412 (3629); fp32 4112 -> 2139 (3982), 18147 -> 8969 (8486), with softmax's exps kept for the outputs (without:
+ * fp32 forward 4030). (Tiles of 512 bytes: no better. Narrow columns, B es under 64 bytes: rows, csrc/ops/softmax.h.)
+ */
 #define SOFTMAX_TILE_BYTES 256
 #define SOFTMAX_COL_BLOCK 32
+#define SOFTMAX_EXP_BYTES (8 << 20)
 static void softmax_tile_move(char* rows, char* t, int64_t D, int64_t B, int64_t n, int64_t es, int gather) {
 #define SOFTMAX_MOVE(U)                                                 \
   do {                                                                  \
@@ -310,13 +313,20 @@ static int64_t softmax_tile(int64_t c, int64_t c1, int64_t D, int64_t B, int64_t
   return (a * D * B + b) * es;
 }
 #define SOFTMAX_TILE_MAX (SOFTMAX_TILE_BYTES / 2)
-/* Bytes of scratch an operand: fp64 a tile's [n, D] rows, else one row of the tile in fp32. */
-static int64_t softmax_tile_scratch(int64_t D, int dtype) {
-  return dtype == MYOPS_F64 ? SOFTMAX_TILE_BYTES * (D > 0 ? D : 1) : SOFTMAX_TILE_MAX * (int64_t)sizeof(float);
+/* Bytes of scratch an operand for columns [c0, c1) of B: fp64 a tile's [n, D] rows (n no more than the columns
+ * there are: a full tile's 256 D bytes, three of them in the backward, ran out of memory at [2^25, 2]), else one row
+ * of the tile in fp32. */
+static int64_t softmax_tile_scratch(int64_t D, int64_t B, int64_t c0, int64_t c1, int dtype) {
+  if (dtype != MYOPS_F64) return SOFTMAX_TILE_MAX * (int64_t)sizeof(float);
+  int64_t n = SOFTMAX_TILE_BYTES / 8;
+  n = B < n ? B : n;
+  n = c1 - c0 < n ? c1 - c0 : n;
+  return 8 * (n > 0 ? n : 1) * (D > 0 ? D : 1);
 }
-/* One tile's forward, fp32 and narrower: x and y at the tile's first column, rows of stride B elements. */
+/* One tile's forward, fp32 and narrower: x and y at the tile's first column, rows of stride B elements; ex (softmax,
+ * or NULL) [D, n] scratch that keeps the sum's exps for the outputs (one exp an element, as the row kernel). */
 MYOPS_CPU_HOT void softmax_tile_forward(char* y, const char* x, int64_t D, int64_t B, int64_t n, int dtype,
-                                        int64_t es, int is_log, float* v) {
+                                        int64_t es, int is_log, float* v, float* ex) {
   float m[SOFTMAX_TILE_MAX], f[SOFTMAX_TILE_MAX], k[SOFTMAX_TILE_MAX];
   double s[SOFTMAX_TILE_MAX];
   for (int64_t j = 0; j < n; ++j) m[j] = -INFINITY, s[j] = 0.0;
@@ -329,17 +339,27 @@ MYOPS_CPU_HOT void softmax_tile_forward(char* y, const char* x, int64_t D, int64
     for (int64_t j = 0; j < n; ++j) f[j] = 0.f;
     for (int64_t d = d0; d < d1; ++d) {
       myops_load_f32(dtype, x + d * B * es, 1, n, v);
-      for (int64_t j = 0; j < n; ++j) f[j] += myops_expf_u20(v[j] - m[j]);
+      if (ex) {
+        float* e = ex + d * n;
+        for (int64_t j = 0; j < n; ++j) f[j] += e[j] = myops_expf_u20(v[j] - m[j]);
+      } else {
+        for (int64_t j = 0; j < n; ++j) f[j] += myops_expf_u20(v[j] - m[j]);
+      }
     }
     for (int64_t j = 0; j < n; ++j) s[j] += (double)f[j];
   }
   for (int64_t j = 0; j < n; ++j) k[j] = is_log ? (float)log(s[j]) : (float)(1.0 / s[j]);
   for (int64_t d = 0; d < D; ++d) {
-    myops_load_f32(dtype, x + d * B * es, 1, n, v);
-    if (is_log)
-      for (int64_t j = 0; j < n; ++j) v[j] = (v[j] - m[j]) - k[j];  /* eager's two roundings */
-    else
-      for (int64_t j = 0; j < n; ++j) v[j] = myops_expf_u20(v[j] - m[j]) * k[j];
+    if (ex) {
+      const float* e = ex + d * n;
+      for (int64_t j = 0; j < n; ++j) v[j] = e[j] * k[j];
+    } else {
+      myops_load_f32(dtype, x + d * B * es, 1, n, v);
+      if (is_log)
+        for (int64_t j = 0; j < n; ++j) v[j] = (v[j] - m[j]) - k[j];  /* eager's two roundings */
+      else
+        for (int64_t j = 0; j < n; ++j) v[j] = myops_expf_u20(v[j] - m[j]) * k[j];
+    }
     myops_store_f32(dtype, y + d * B * es, 1, n, v);
   }
 }
@@ -379,13 +399,17 @@ MYOPS_CPU_VEC static int softmax_cols_forward(void* y, const void* x, int64_t A,
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   (void)A;
-  char* buf = (char*)malloc((size_t)softmax_tile_scratch(D, dtype));  /* fp64: [n, D] the tile's rows; else a row */
+  /* softmax's exps kept for the outputs where [D, SOFTMAX_TILE_MAX] floats take at most SOFTMAX_EXP_BYTES */
+  const int keep = !is_log && dtype != MYOPS_F64 && D * SOFTMAX_TILE_MAX * 4 <= SOFTMAX_EXP_BYTES;
+  const int64_t row = softmax_tile_scratch(D, B, c0, c1, dtype);
+  char* buf = (char*)malloc((size_t)(row + (keep ? D * SOFTMAX_TILE_MAX * 4 : 0)));  /* fp64: [n, D] rows; else a row */
   if (buf == NULL) return MYOPS_EARG;
   int rc = MYOPS_OK;
   for (int64_t c = c0, n = 0; c < c1 && rc == MYOPS_OK; c += n) {
     const int64_t off = softmax_tile(c, c1, D, B, es, &n);
     if (dtype != MYOPS_F64) {
-      softmax_tile_forward((char*)y + off, (const char*)x + off, D, B, n, dtype, es, is_log, (float*)buf);
+      softmax_tile_forward((char*)y + off, (const char*)x + off, D, B, n, dtype, es, is_log, (float*)buf,
+                           keep ? (float*)(buf + row) : NULL);
       continue;
     }
     softmax_tile_move(buf, (char*)x + off, D, B, n, es, 1);
@@ -402,7 +426,7 @@ MYOPS_CPU_VEC static int softmax_cols_backward(void* dx, const void* dy, const v
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
   (void)A;
-  const int64_t tile = softmax_tile_scratch(D, dtype);
+  const int64_t tile = softmax_tile_scratch(D, B, c0, c1, dtype);
   char* buf = (char*)malloc((size_t)(3 * tile));  /* fp64: [n, D] rows of dy, of y, of dx; else a row of each */
   if (buf == NULL) return MYOPS_EARG;
   int rc = MYOPS_OK;
