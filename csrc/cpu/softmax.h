@@ -313,6 +313,21 @@ static int64_t softmax_tile(int64_t c, int64_t c1, int64_t D, int64_t B, int64_t
   return (a * D * B + b) * es;
 }
 #define SOFTMAX_TILE_MAX (SOFTMAX_TILE_BYTES / 2)
+/* s[j] = column j's sum over the tile's D rows of f[j] += TERM (BODY: row d's loads first), in fp32 blocks of
+ * SOFTMAX_COL_BLOCK rows added in fp64 (f: the block's fp32 sums). */
+#define SOFTMAX_COL_SUMS(BODY, TERM)                                             \
+  do {                                                                           \
+    for (int64_t j = 0; j < n; ++j) s[j] = 0.0;                                  \
+    for (int64_t d0 = 0; d0 < D; d0 += SOFTMAX_COL_BLOCK) {                      \
+      const int64_t d1 = d0 + SOFTMAX_COL_BLOCK < D ? d0 + SOFTMAX_COL_BLOCK : D; \
+      for (int64_t j = 0; j < n; ++j) f[j] = 0.f;                                \
+      for (int64_t d = d0; d < d1; ++d) {                                        \
+        BODY;                                                                    \
+        for (int64_t j = 0; j < n; ++j) f[j] += TERM;                            \
+      }                                                                          \
+      for (int64_t j = 0; j < n; ++j) s[j] += (double)f[j];                      \
+    }                                                                            \
+  } while (0)
 /* Bytes of scratch an operand for columns [c0, c1) of B: fp64 a tile's [n, D] rows (n no more than the columns
  * there are: a full tile's 256 D bytes, three of them in the backward, ran out of memory at [2^25, 2]), else one row
  * of the tile in fp32. */
@@ -329,24 +344,17 @@ MYOPS_CPU_HOT void softmax_tile_forward(char* y, const char* x, int64_t D, int64
                                         int64_t es, int is_log, float* v, float* ex) {
   float m[SOFTMAX_TILE_MAX], f[SOFTMAX_TILE_MAX], k[SOFTMAX_TILE_MAX];
   double s[SOFTMAX_TILE_MAX];
-  for (int64_t j = 0; j < n; ++j) m[j] = -INFINITY, s[j] = 0.0;
+  for (int64_t j = 0; j < n; ++j) m[j] = -INFINITY;
   for (int64_t d = 0; d < D; ++d) {  /* NaN: skipped here, and exp(NaN - m) makes the sum NaN */
     myops_load_f32(dtype, x + d * B * es, 1, n, v);
     for (int64_t j = 0; j < n; ++j) m[j] = v[j] > m[j] ? v[j] : m[j];
   }
-  for (int64_t d0 = 0; d0 < D; d0 += SOFTMAX_COL_BLOCK) {
-    const int64_t d1 = d0 + SOFTMAX_COL_BLOCK < D ? d0 + SOFTMAX_COL_BLOCK : D;
-    for (int64_t j = 0; j < n; ++j) f[j] = 0.f;
-    for (int64_t d = d0; d < d1; ++d) {
-      myops_load_f32(dtype, x + d * B * es, 1, n, v);
-      if (ex) {
-        float* e = ex + d * n;
-        for (int64_t j = 0; j < n; ++j) f[j] += e[j] = myops_expf_u20(v[j] - m[j]);
-      } else {
-        for (int64_t j = 0; j < n; ++j) f[j] += myops_expf_u20(v[j] - m[j]);
-      }
-    }
-    for (int64_t j = 0; j < n; ++j) s[j] += (double)f[j];
+  if (ex) {
+    float* e = ex;
+    SOFTMAX_COL_SUMS((myops_load_f32(dtype, x + d * B * es, 1, n, v), e = ex + d * n),
+                     (e[j] = myops_expf_u20(v[j] - m[j])));
+  } else {
+    SOFTMAX_COL_SUMS(myops_load_f32(dtype, x + d * B * es, 1, n, v), myops_expf_u20(v[j] - m[j]));
   }
   for (int64_t j = 0; j < n; ++j) k[j] = is_log ? (float)log(s[j]) : (float)(1.0 / s[j]);
   for (int64_t d = 0; d < D; ++d) {
@@ -368,21 +376,11 @@ MYOPS_CPU_HOT void softmax_tile_backward(char* dx, const char* dy, const char* y
                                          int dtype, int64_t es, int is_log, float* g, float* v) {
   float f[SOFTMAX_TILE_MAX], k[SOFTMAX_TILE_MAX];
   double s[SOFTMAX_TILE_MAX];
-  for (int64_t j = 0; j < n; ++j) s[j] = 0.0;
-  for (int64_t d0 = 0; d0 < D; d0 += SOFTMAX_COL_BLOCK) {
-    const int64_t d1 = d0 + SOFTMAX_COL_BLOCK < D ? d0 + SOFTMAX_COL_BLOCK : D;
-    for (int64_t j = 0; j < n; ++j) f[j] = 0.f;
-    for (int64_t d = d0; d < d1; ++d) {
-      myops_load_f32(dtype, dy + d * B * es, 1, n, g);
-      if (is_log) {
-        for (int64_t j = 0; j < n; ++j) f[j] += g[j];
-      } else {
-        myops_load_f32(dtype, y + d * B * es, 1, n, v);
-        for (int64_t j = 0; j < n; ++j) f[j] += g[j] * v[j];
-      }
-    }
-    for (int64_t j = 0; j < n; ++j) s[j] += (double)f[j];
-  }
+  if (is_log)
+    SOFTMAX_COL_SUMS(myops_load_f32(dtype, dy + d * B * es, 1, n, g), g[j]);
+  else
+    SOFTMAX_COL_SUMS((myops_load_f32(dtype, dy + d * B * es, 1, n, g), myops_load_f32(dtype, y + d * B * es, 1, n, v)),
+                     g[j] * v[j]);
   for (int64_t j = 0; j < n; ++j) k[j] = (float)s[j];
   for (int64_t d = 0; d < D; ++d) {
     myops_load_f32(dtype, dy + d * B * es, 1, n, g);
@@ -394,11 +392,10 @@ MYOPS_CPU_HOT void softmax_tile_backward(char* dx, const char* dy, const char* y
     myops_store_f32(dtype, dx + d * B * es, 1, n, g);
   }
 }
-MYOPS_CPU_VEC static int softmax_cols_forward(void* y, const void* x, int64_t A, int64_t D, int64_t B, int64_t c0,
-                                              int64_t c1, int dtype, int is_log) {
+MYOPS_CPU_VEC static int softmax_cols_forward(void* y, const void* x, int64_t D, int64_t B, int64_t c0, int64_t c1,
+                                              int dtype, int is_log) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
-  (void)A;
   /* softmax's exps kept for the outputs where [D, SOFTMAX_TILE_MAX] floats take at most SOFTMAX_EXP_BYTES */
   const int keep = !is_log && dtype != MYOPS_F64 && D * SOFTMAX_TILE_MAX * 4 <= SOFTMAX_EXP_BYTES;
   const int64_t row = softmax_tile_scratch(D, B, c0, c1, dtype);
@@ -421,11 +418,10 @@ MYOPS_CPU_VEC static int softmax_cols_forward(void* y, const void* x, int64_t A,
   free(buf);
   return rc;
 }
-MYOPS_CPU_VEC static int softmax_cols_backward(void* dx, const void* dy, const void* y, int64_t A, int64_t D,
-                                               int64_t B, int64_t c0, int64_t c1, int dtype, int is_log) {
+MYOPS_CPU_VEC static int softmax_cols_backward(void* dx, const void* dy, const void* y, int64_t D, int64_t B,
+                                               int64_t c0, int64_t c1, int dtype, int is_log) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
-  (void)A;
   const int64_t tile = softmax_tile_scratch(D, B, c0, c1, dtype);
   char* buf = (char*)malloc((size_t)(3 * tile));  /* fp64: [n, D] rows of dy, of y, of dx; else a row of each */
   if (buf == NULL) return MYOPS_EARG;

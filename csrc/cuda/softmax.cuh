@@ -30,6 +30,12 @@ __device__ __forceinline__ void online_update(acc_t<T>& m, acc_t<T>& s, const ac
     if (e < nv) s += v[e] == neg_inf<A>() ? A(0) : exp_of<T>(v[e] - m);
 }
 
+// The backward's element from dy's g and y's v, k the row's sum (softmax: sum(dy y), log_softmax: sum(dy)).
+template <class T, bool LOG>
+__device__ __forceinline__ acc_t<T> bwd_elem(acc_t<T> g, acc_t<T> v, acc_t<T> k) {
+  return LOG ? g - exp_of<T>(v) * k : v * (g - k);
+}
+
 // vec_mask bits: 0 x / dy, 1 y (backward), 3 y / dx.
 template <class T, bool LOG>
 __global__ void __launch_bounds__(kMaxThreads, 2) fwd_kernel(myops_out_operand y,  // [M, N]
@@ -99,7 +105,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_kernel(myops_out_operand dx, 
       t.get(0, j, g);
       t.get(1, j, v, A(0), !LOG);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) g[e] = LOG ? g[e] - exp_of<T>(v[e]) * k : v[e] * (g[e] - k);
+      for (int e = 0; e < VEC; ++e) g[e] = bwd_elem<T, LOG>(g[e], v[e], k);
       o.put(j, t.valid(j), g);
     }
   }
@@ -241,7 +247,7 @@ __global__ void __launch_bounds__(NS > 4 ? 512 : rr::max_threads<T>()) rr_bwd_ke
       g.fresh(s, a);
       v.fresh(s, b);
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) a[e] = LOG ? a[e] - exp_of<T>(b[e]) * k : b[e] * (a[e] - k);
+      for (int e = 0; e < VEC; ++e) a[e] = bwd_elem<T, LOG>(a[e], b[e], k);
       rr::store(dx + r * dxs, c, a);
     }
   }
@@ -416,6 +422,15 @@ template <class V, class Op> __device__ __forceinline__ V mis_reduce(V v, Op op,
   }
   return v;
 }
+// The misaligned forwards' element a of a row of max mx, exps taken against xs (mx, or exp_shift(mx) for the two
+// passes) and sum of exps sum (logs = log(sum), inv = 1 / sum).
+template <class T, bool LOG>
+__device__ __forceinline__ acc_t<T> mis_out(acc_t<T> a, acc_t<T> mx, acc_t<T> xs, acc_t<T> sum, acc_t<T> logs,
+                                            acc_t<T> inv) {
+  if constexpr (LOG) return (a - mx) - logs;  // not a - (mx + logs): that rounds at mx's magnitude
+  else if constexpr (sizeof(T) == 2) return exp_of<T>(a - xs) * inv;  // the rounding to T hides 1 ulp
+  else return exp_of<T>(a - xs) / sum;
+}
 // Row r of mis_fwd_kernel and mis_fwd_cl_kernel, as thread t of its tpr; reduce(v, op, identity, k): v combined over
 // the row's threads by op (k: the row's k-th reduction). live: r < M (a dead row of the last CTA loads nothing,
 // stores nothing, but takes the reductions). The statistics: the online (max, sum of exp) pair in one reduction, as
@@ -483,11 +498,7 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
   if (!live) return;
   const A xs0 = TWO ? rr::exp_shift(mx) : mx;  // what the exps were taken against
   const A logs = log_of<T>(sum), inv = A(1) / sum;
-  const auto out = [&](A a) -> A {
-    if constexpr (LOG) return (a - mx) - logs;  // not a - (mx + logs): that rounds at mx's magnitude
-    else if constexpr (sizeof(T) == 2) return exp_of<T>(a - xs0) * inv;  // the rounding to T hides 1 ulp
-    else return exp_of<T>(a - xs0) / sum;
-  };
+  const auto out = [&](A a) -> A { return mis_out<T, LOG>(a, mx, xs0, sum, logs, inv); };
   T* yr = y + r * ys + h;  // [nv VEC] (y's row as far from a boundary as x's: the same h)
   each([&](int k, A(&a)[VEC]) {
 #pragma unroll
@@ -574,7 +585,7 @@ __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,    
   if (t < nx) acc += LOG ? ge : ge * ve;
   const A k = reduce(acc);
   if (!live) return;
-  const auto out = [&](A a, A b) -> A { return LOG ? a - exp_of<T>(b) * k : b * (a - k); };
+  const auto out = [&](A a, A b) -> A { return bwd_elem<T, LOG>(a, b, k); };
   T* dr = dx + r * dxs + h;  // [nv VEC] (the same h)
   each([&](int q, A(&a)[VEC], const A(&b)[VEC]) {
 #pragma unroll
@@ -659,11 +670,7 @@ __global__ void __launch_bounds__(kStThreads) st_fwd_kernel(T* __restrict__ y, i
   }
   const Pair<A> ms = mis_reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, red);
   const A mx = ms.a, sum = ms.b, logs = log_of<T>(sum), inv = A(1) / sum;
-  const auto out = [&](A a) -> A {  // (mis_fwd_row's)
-    if constexpr (LOG) return (a - mx) - logs;
-    else if constexpr (sizeof(T) == 2) return exp_of<T>(a - mx) * inv;
-    else return exp_of<T>(a - mx) / sum;
-  };
+  const auto out = [&](A a) -> A { return mis_out<T, LOG>(a, mx, mx, sum, logs, inv); };
   T* yr = y + r * ys + h;  // [nv VEC] (y's row as far from a boundary as x's: the same h)
   st_sweep<uint4>(nv, true, [&](uint4& q, int i) { q = __ldcs(xv + i); },
                   [&](const uint4& q, int i) {
@@ -720,7 +727,7 @@ __global__ void __launch_bounds__(kStThreads) st_bwd_kernel(T* __restrict__ dx, 
   const A ge = t < nx ? to_acc(gr[xi]) : A(0), ve = t < nx ? to_acc(vr[xi]) : A(0);
   if (t < nx) acc += LOG ? ge : ge * ve;
   const A k = mis_reduce(acc, rr::Sum{}, red);
-  const auto out = [&](A a, A b) -> A { return LOG ? a - exp_of<T>(b) * k : b * (a - k); };
+  const auto out = [&](A a, A b) -> A { return bwd_elem<T, LOG>(a, b, k); };
   T* dr = dx + r * dxs + h;  // [nv VEC] (the same h)
   st_sweep<StPair>(nv, true,
                    [&](StPair& q, int i) {

@@ -283,17 +283,15 @@ void run_elementwise(EwKernel& k, std::initializer_list<at::Tensor> outs_l, std:
   // t copied into the outputs' layout (dense: empty_like), which collapses to one group in its memory order (inputs
   // already laid out as the outputs are not copied).
   const auto like_output = [&](const at::Tensor& t) { return as_layout(t, ref, perm); };
-  const auto as_output = [&](const at::Tensor& t) { return t.strides() == ref.strides(); };
   if (!try_collapse()) {
     // A layout with three or more irreducible strided dims against the outputs' (e.g. a permuted 3-D view beside a
     // row-major operand): copy such inputs once. A per-feature vector broadcast over rows (strides 0, ..., 0, s)
     // stays as it is where it collapses against the others (its feature dim outermost or innermost in the outputs'
     // order), and is copied too where not.
     for (auto& t : ins)
-      if (!row_broadcast(t) && !as_output(t)) t = like_output(t);
+      if (!row_broadcast(t)) t = like_output(t);
     if (!try_collapse())
-      for (auto& t : ins)
-        if (!as_output(t)) t = like_output(t);
+      for (auto& t : ins) t = like_output(t);
     TORCH_INTERNAL_ASSERT(try_collapse(), "myops.", k.name, ": layout did not collapse after a copy");
   }
   if (ref.is_cpu() && cols > 1) {

@@ -17,8 +17,8 @@ struct SoftmaxKernels {
   using BwdCpu = int (*)(myops_out_operand, myops_operand, myops_operand, int64_t, int64_t, int);
   using BwdCuda = int (*)(myops_out_operand, myops_operand, myops_operand, int64_t, int64_t, int, void*);
   using MisRows = int (*)(int64_t, int64_t, int, int);
-  using FwdColsCpu = int (*)(void*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t, int);
-  using BwdColsCpu = int (*)(void*, const void*, const void*, int64_t, int64_t, int64_t, int64_t, int64_t, int);
+  using FwdColsCpu = int (*)(void*, const void*, int64_t, int64_t, int64_t, int64_t, int);
+  using BwdColsCpu = int (*)(void*, const void*, const void*, int64_t, int64_t, int64_t, int64_t, int);
   explicit SoftmaxKernels(const std::string& op)
       : fwd_cpu("myops_" + op + "_cpu"), fwd_cuda("myops_" + op + "_cuda"), bwd_cpu("myops_" + op + "_backward_cpu"),
         bwd_cuda("myops_" + op + "_backward_cuda"), mis_rows("myops_softmax_mis_rows_cuda"),
@@ -79,42 +79,33 @@ inline at::Tensor softmax_forward_cpu(SoftmaxKernels& k, const char* op, const a
   at::Tensor y = at::empty_like(x_in);
   if (y.numel() == 0) return y;
   const int64_t es = y.element_size();
+  const auto fn = k.fwd_cpu.get();
+  const auto rows = [&](myops_out_operand yo, myops_operand xo, int64_t M, int64_t N) {  // the row kernel on [M, N]
+    cpu_rows(M, N, op,
+             [&](int64_t b, int64_t e) { return fn(shifted(yo, b, es), shifted(xo, b, es), e - b, N, dtype); });
+  };
   const at::Tensor ym = y.movedim(d, -1);
   if (ym.is_contiguous()) {
     const RowsView v = rows_view(x_in.movedim(d, -1));
-    const auto fn = k.fwd_cpu.get();
-    cpu_rows(v.M, v.N, op, [&](int64_t b, int64_t e) {
-      return fn(shifted(out_rows(ym), b, es), shifted(v.op, b, es), e - b, v.N, dtype);
-    });
+    rows(out_rows(ym), v.op, v.M, v.N);
     return y;
   }
   const std::vector<int64_t> perm = memory_order(y.strides());
   const ColsView c = cols_view(y, d, perm);
   if (c.B > 1 && c.B * es < kMinColBytes) {  // x copied to rows along d, y copied back from them
-    const at::Tensor xr = x_in.movedim(d, -1).contiguous();
-    const at::Tensor yr = at::empty_like(xr);
-    const int64_t M = xr.numel() / c.D;
-    const auto fn = k.fwd_cpu.get();
-    cpu_rows(M, c.D, op, [&](int64_t b, int64_t e) {
-      return fn(shifted(out_rows(yr), b, es), shifted(myops_operand{xr.data_ptr(), c.D, 1}, b, es), e - b, c.D, dtype);
-    });
+    const at::Tensor xr = x_in.movedim(d, -1).contiguous(), yr = at::empty_like(xr);
+    rows(out_rows(yr), {xr.data_ptr(), c.D, 1}, xr.numel() / c.D, c.D);
     ym.copy_(yr);
     return y;
   }
   const at::Tensor x = as_layout(x_in, y, perm);
   if (c.B == 1) {
-    const auto fn = k.fwd_cpu.get();
-    const myops_operand xo{x.data_ptr(), c.D, 1};
-    const myops_out_operand yo{y.data_ptr(), c.D, 1};
-    cpu_rows(c.A, c.D, op, [&](int64_t b, int64_t e) {
-      return fn(shifted(yo, b, es), shifted(xo, b, es), e - b, c.D, dtype);
-    });
+    rows({y.data_ptr(), c.D, 1}, {x.data_ptr(), c.D, 1}, c.A, c.D);
     return y;
   }
-  const auto fn = k.fwd_cols_cpu.get();
-  cpu_rows(c.A * c.B, c.D, op, [&](int64_t b, int64_t e) {
-    return fn(y.data_ptr(), x.data_ptr(), c.A, c.D, c.B, b, e, dtype);
-  });
+  const auto cols = k.fwd_cols_cpu.get();
+  cpu_rows(c.A * c.B, c.D, op,
+           [&](int64_t b, int64_t e) { return cols(y.data_ptr(), x.data_ptr(), c.D, c.B, b, e, dtype); });
   return y;
 }
 
@@ -149,13 +140,16 @@ inline at::Tensor softmax_backward_cpu(SoftmaxKernels& k, const char* op, const 
   at::Tensor dx = at::empty_like(y_in);
   if (dx.numel() == 0) return dx;
   const int64_t es = dx.element_size();
+  const auto fn = k.bwd_cpu.get();
+  const auto rows = [&](myops_out_operand dxo, myops_operand go, myops_operand yo, int64_t M, int64_t N) {
+    cpu_rows(M, N, op, [&](int64_t b, int64_t e) {
+      return fn(shifted(dxo, b, es), shifted(go, b, es), shifted(yo, b, es), e - b, N, dtype);
+    });
+  };
   const at::Tensor dm = dx.movedim(d, -1);
   if (dm.is_contiguous()) {
     const RowsView gv = rows_view(grad_in.movedim(d, -1)), yv = rows_view(y_in.movedim(d, -1));
-    const auto fn = k.bwd_cpu.get();
-    cpu_rows(yv.M, yv.N, op, [&](int64_t b, int64_t e) {
-      return fn(shifted(out_rows(dm), b, es), shifted(gv.op, b, es), shifted(yv.op, b, es), e - b, yv.N, dtype);
-    });
+    rows(out_rows(dm), gv.op, yv.op, yv.M, yv.N);
     return dx;
   }
   const std::vector<int64_t> perm = memory_order(dx.strides());
@@ -163,28 +157,18 @@ inline at::Tensor softmax_backward_cpu(SoftmaxKernels& k, const char* op, const 
   if (c.B > 1 && c.B * es < kMinColBytes) {  // (as softmax_forward_cpu's)
     const at::Tensor gr = grad_in.movedim(d, -1).contiguous(), yr = y_in.movedim(d, -1).contiguous();
     const at::Tensor dr = at::empty_like(yr);
-    const int64_t M = yr.numel() / c.D;
-    const auto fn = k.bwd_cpu.get();
-    cpu_rows(M, c.D, op, [&](int64_t b, int64_t e) {
-      return fn(shifted(out_rows(dr), b, es), shifted(myops_operand{gr.data_ptr(), c.D, 1}, b, es),
-                shifted(myops_operand{yr.data_ptr(), c.D, 1}, b, es), e - b, c.D, dtype);
-    });
+    rows(out_rows(dr), {gr.data_ptr(), c.D, 1}, {yr.data_ptr(), c.D, 1}, yr.numel() / c.D, c.D);
     dm.copy_(dr);
     return dx;
   }
   const at::Tensor g = as_layout(grad_in, dx, perm), y = as_layout(y_in, dx, perm);
   if (c.B == 1) {
-    const auto fn = k.bwd_cpu.get();
-    const myops_operand go{g.data_ptr(), c.D, 1}, yo{y.data_ptr(), c.D, 1};
-    const myops_out_operand dxo{dx.data_ptr(), c.D, 1};
-    cpu_rows(c.A, c.D, op, [&](int64_t b, int64_t e) {
-      return fn(shifted(dxo, b, es), shifted(go, b, es), shifted(yo, b, es), e - b, c.D, dtype);
-    });
+    rows({dx.data_ptr(), c.D, 1}, {g.data_ptr(), c.D, 1}, {y.data_ptr(), c.D, 1}, c.A, c.D);
     return dx;
   }
-  const auto fn = k.bwd_cols_cpu.get();
+  const auto cols = k.bwd_cols_cpu.get();
   cpu_rows(c.A * c.B, c.D, op, [&](int64_t b, int64_t e) {
-    return fn(dx.data_ptr(), g.data_ptr(), y.data_ptr(), c.A, c.D, c.B, b, e, dtype);
+    return cols(dx.data_ptr(), g.data_ptr(), y.data_ptr(), c.D, c.B, b, e, dtype);
   });
   return dx;
 }
