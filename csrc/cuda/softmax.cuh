@@ -422,6 +422,16 @@ template <class V, class Op> __device__ __forceinline__ V mis_reduce(V v, Op op,
   }
   return v;
 }
+// f(i, c) for thread t's extra columns of a misaligned row (of tpr threads), its head's h and its tail's past its
+// whole vectors (at h .. h + nvv - 1), nx of them in all (under 2 VEC): the i-th, j = t + i tpr < nx, is column c = j
+// of the head, or h + nvv + (j - h) of the tail. XE: the most a thread takes (1 where tpr >= nx; mis_fwd_geo's xe).
+template <int XE, class F> __device__ __forceinline__ void mis_extras(int t, int tpr, int h, int nvv, int nx, F&& f) {
+#pragma unroll
+  for (int i = 0; i < XE; ++i) {
+    const int j = t + i * tpr;
+    if (j < nx) f(i, j < h ? j : nvv + j);
+  }
+}
 // The misaligned forwards' element a of a row of max mx, exps taken against xs (mx, or exp_shift(mx) for the two
 // passes) and sum of exps sum (logs = log(sum), inv = 1 / sum).
 template <class T, bool LOG>
@@ -437,7 +447,7 @@ __device__ __forceinline__ acc_t<T> mis_out(acc_t<T> a, acc_t<T> mx, acc_t<T> xs
 // the engine's fwd_kernel (a rescale per vector where the maximum grows); TWO: the register kernels' exact two
 // passes, the max, then the sum of exp(x - max) (no rescales, one more reduction; MYOPS_SOFTMAX_MIS_2P=1, the
 // default: mis_two).
-template <class T, bool LOG, int NS, bool TWO, class Reduce>
+template <class T, bool LOG, int NS, bool TWO, int XE, class Reduce>
 __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,        // [M, N]
                                             const T* __restrict__ x, int64_t xs,  // [M, N]
                                             int64_t r, bool live, int N, int t, int tpr, Reduce&& reduce) {
@@ -451,8 +461,8 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
 #pragma unroll
   for (int k = 0; k < NS; ++k)
     if (t + k * tpr < nv) v[k] = xv[t + k * tpr];
-  const int xi = t < h ? t : nv * VEC + t;  // this thread's extra column: the head's t, or the tail's t - h
-  const A xe = t < nx ? to_acc(xr[xi]) : A(0);
+  A xe[XE];  // this thread's extra columns (mis_extras)
+  mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int c) { xe[i] = to_acc(xr[c]); });
   // f(k, a) for each of this thread's vectors k in the row, a its elements in acc_t
   const auto each = [&](auto&& f) {
 #pragma unroll
@@ -470,14 +480,14 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
 #pragma unroll
       for (int e = 0; e < VEC; ++e) m = a[e] > m ? a[e] : m;
     });
-    if (t < nx) m = xe > m ? xe : m;
+    mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int) { m = xe[i] > m ? xe[i] : m; });
     mx = reduce(m, rr::Max{}, neg_inf<A>(), 0);
     const A ms = rr::exp_shift(mx);  // (a row of -inf: 0, so its exps are 0 and its outputs NaN, as eager's)
     each([&](int, A(&a)[VEC]) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e) s += exp_of<T>(a[e] - ms);
     });
-    if (t < nx) s += exp_of<T>(xe - ms);
+    mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int) { s += exp_of<T>(xe[i] - ms); });
     sum = reduce(s, rr::Sum{}, A(0), 1);
   } else {
     A m = neg_inf<A>(), s = A(0);
@@ -487,10 +497,10 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
       word_vec<T>(v[k], a);
       online_update<T, VEC>(m, s, a, t + k * tpr < nv ? VEC : 0);
     }
-    if (t < nx) {
-      const A a[1] = {xe};
+    mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int) {
+      const A a[1] = {xe[i]};
       online_update<T, 1>(m, s, a, 1);
-    }
+    });
     const Pair<A> ms = reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, Pair<A>{neg_inf<A>(), A(0)}, 0);
     mx = ms.a;
     sum = ms.b;
@@ -505,9 +515,9 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
     for (int e = 0; e < VEC; ++e) a[e] = out(a[e]);
     rr::store(yr, (t + k * tpr) * VEC, a);
   });
-  if (t < nx) yr[xi - h] = from_acc<T>(out(xe));
+  mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int c) { yr[c - h] = from_acc<T>(out(xe[i])); });
 }
-template <class T, bool LOG, int NS, bool TWO>
+template <class T, bool LOG, int NS, bool TWO, int XE>
 __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
     mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                    const T* __restrict__ x, int64_t xs,  // [M, N]
@@ -516,7 +526,7 @@ __global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
   using Red = std::conditional_t<TWO, A, Pair<A>>;
   __shared__ Red red[TWO ? 2 : 1][32];  // (one row a CTA over 32 threads: TWO's two reductions, a slot set each)
   const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
-  mis_fwd_row<T, LOG, NS, TWO>(y, ys, x, xs, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
+  mis_fwd_row<T, LOG, NS, TWO, XE>(y, ys, x, xs, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
                                [&](auto v, auto op, auto, int k) { return mis_reduce(v, op, red[k]); });
 }
 // Rows past mis_fwd_geo (16-bit N over 57344, fp32 over 28672): a row over a cluster of up to 8 CTAs of up to
@@ -539,14 +549,14 @@ __global__ void __launch_bounds__(kMisClThreads) mis_fwd_cl_kernel(T* __restrict
                                                                    const T* __restrict__ x, int64_t xs,  // [M, N]
                                                                    int64_t M, int N, int tpr) {
   mis_cl_rows(M, tpr, [&](int64_t r, int t, rr::RowReduce& red) {
-    mis_fwd_row<T, LOG, 4, TWO>(y, ys, x, xs, r, true, N, t, tpr,
+    mis_fwd_row<T, LOG, 4, TWO, 1>(y, ys, x, xs, r, true, N, t, tpr,
                                 [&](auto v, auto op, auto identity, int) { return red(v, op, identity); });
   });
 }
 // The backward of such rows (dy, y and dx of the same phase), as bwd_kernel: NS = 4 vectors of dy and of y a thread
 // (rows of up to 4096 vectors: 16-bit N up to 32768, fp32 16384; mis_bwd_geo), the row's sum, then dx.
 // (Row r of mis_bwd_kernel and mis_bwd_cl_kernel, as mis_fwd_row; reduce: a sum over the row's threads.)
-template <class T, bool LOG, class Reduce>
+template <class T, bool LOG, int XE, class Reduce>
 __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,        // [M, N]
                                             const T* __restrict__ dy, int64_t dys,  // [M, N]
                                             const T* __restrict__ y, int64_t ys,    // [M, N]
@@ -564,8 +574,11 @@ __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,    
       g[k] = reinterpret_cast<const uint4*>(gr + h)[t + k * tpr];
       v[k] = reinterpret_cast<const uint4*>(vr + h)[t + k * tpr];
     }
-  const int xi = t < h ? t : nv * VEC + t;
-  const A ge = t < nx ? to_acc(gr[xi]) : A(0), ve = t < nx ? to_acc(vr[xi]) : A(0);
+  A ge[XE], ve[XE];  // dy's and y's extra columns (mis_extras)
+  mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int c) {
+    ge[i] = to_acc(gr[c]);
+    ve[i] = to_acc(vr[c]);
+  });
   // f(q, dy's elements, y's) for each of this thread's vectors q in the row
   const auto each = [&](auto&& f) {
 #pragma unroll
@@ -582,7 +595,7 @@ __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,    
 #pragma unroll
     for (int e = 0; e < VEC; ++e) acc += LOG ? a[e] : a[e] * b[e];
   });
-  if (t < nx) acc += LOG ? ge : ge * ve;
+  mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int) { acc += LOG ? ge[i] : ge[i] * ve[i]; });
   const A k = reduce(acc);
   if (!live) return;
   const auto out = [&](A a, A b) -> A { return bwd_elem<T, LOG>(a, b, k); };
@@ -592,16 +605,16 @@ __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,    
     for (int e = 0; e < VEC; ++e) a[e] = out(a[e], b[e]);
     rr::store(dr, (t + q * tpr) * VEC, a);
   });
-  if (t < nx) dr[xi - h] = from_acc<T>(out(ge, ve));
+  mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int c) { dr[c - h] = from_acc<T>(out(ge[i], ve[i])); });
 }
-template <class T, bool LOG>
+template <class T, bool LOG, int XE>
 __global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
                                                               const T* __restrict__ dy, int64_t dys,  // [M, N]
                                                               const T* __restrict__ y, int64_t ys,    // [M, N]
                                                               int64_t M, int N) {
   __shared__ acc_t<T> red[32];
   const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
-  mis_bwd_row<T, LOG>(dx, dxs, dy, dys, y, ys, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
+  mis_bwd_row<T, LOG, XE>(dx, dxs, dy, dys, y, ys, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
                       [&](acc_t<T> v) { return mis_reduce(v, rr::Sum{}, red); });
 }
 // Rows past mis_bwd_geo (16-bit N over 32768, fp32 over 16384) over a cluster, as mis_fwd_cl_kernel
@@ -613,7 +626,7 @@ __global__ void __launch_bounds__(kMisClThreads) mis_bwd_cl_kernel(T* __restrict
                                                                    int64_t M, int N, int tpr) {
   using A = acc_t<T>;
   mis_cl_rows(M, tpr, [&](int64_t r, int t, rr::RowReduce& red) {
-    mis_bwd_row<T, LOG>(dx, dxs, dy, dys, y, ys, r, true, N, t, tpr, [&](A v) { return red(v, rr::Sum{}, A(0)); });
+    mis_bwd_row<T, LOG, 1>(dx, dxs, dy, dys, y, ys, r, true, N, t, tpr, [&](A v) { return red(v, rr::Sum{}, A(0)); });
   });
 }
 // Misaligned rows past the one-CTA kernels' registers, any N (MYOPS_SOFTMAX_MIS=4, the default: 16-bit backward over
@@ -791,18 +804,23 @@ inline bool mis_two() {
   static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_2P", 1, [](int m) { return m == 0 || m == 1; });
   return v == 1;
 }
-// MYOPS_SOFTMAX_MIS_SUBWARP=1: short misaligned rows on part of a warp (mis_fwd_geo); 0 (default) a warp a row.
-// Read once.
-inline bool mis_subwarp() {
-  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_SUBWARP", 0, [](int m) { return m == 0 || m == 1; });
-  return v == 1;
+// MYOPS_SOFTMAX_MIS_SUBWARP: short misaligned rows on part of a warp (mis_fwd_geo): 2 (the default) the fewest
+// lanes, 4 to 16, that hold the row's vectors at 4 a lane, each lane taking up to 4 of the row's head and tail
+// elements (bf16 127 on 4 lanes); 1 16 lanes a 16-bit row, 8 an fp32 one; 0 a warp a row. H200, session 57, softmax,
+// % of copy, forward / forward+backward, 0 -> 1 -> 2: bf16 [262144, 127] 27.5 / 35.7 -> 51.2 / 62.6 -> 71.1 / 78.3,
+// fp32 48.5 / 64.9 -> 89.4 / 93.3 -> 90.1 / 94.2 (8 lanes either way); bf16 [65536, 257] 48.2 / 59.3 -> 67.0 / 76.6
+// -> 67.3 / 76.9 (16 lanes either way); 1 -> 2: bf16 [1048576, 31] 14.1 / 18.8 -> 40.7 / 51.4, fp32 49.6 / 65.5 ->
+// 60.9 / 77.9, fp32 [131072, 255] 74.6 / 87.5 -> 92.4 / 95.4 (16 lanes instead of a warp). Read once.
+inline int mis_subwarp() {
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_SUBWARP", 2, [](int m) { return m >= 0 && m <= 2; });
+  return v;
 }
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
 // elements, GPT-2's 50257 included; 0: neither) and threads a row for rows of N elements of es bytes: the fewest
 // warps that hold the row's vectors. (ptxas, sm_90a: 32-65 registers but bf16 at 8 vectors, which spilled 36 bytes
 // under 1024 threads' 64 registers and takes 72 under 896's bound, log_softmax's with 4 bytes spilled.)
 struct MisGeo {
-  int ns = 0, tpr = 0, rows = 0;
+  int ns = 0, tpr = 0, rows = 0, xe = 1;  // (xe: the row's head and tail elements a thread takes, 1 or 4)
 };
 // (Mode 5: not 8.)
 inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
@@ -814,14 +832,17 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
   if (!g.ns || N >= INT_MAX) return MisGeo{};
   g.tpr = (int)ceil_div(ceil_div(nv, (int64_t)g.ns), (int64_t)32) * 32;
   g.rows = g.tpr == 32 ? kMisRows : 1;
-  // Short rows on part of a warp (MYOPS_SOFTMAX_MIS_SUBWARP=1): 16 lanes a 16-bit row, 8 an fp32 one (a row's head
-  // and tail, up to 2 VEC - 2 elements, take one lane each), where they hold its vectors at 4 a lane (16-bit rows of
-  // up to 512 elements, fp32 128), rows of 256-thread CTAs. A warp a row runs one to four of its lanes' loads at N =
-  // 127: 2048 threads an SM keep 64 rows of 254 bytes in flight, 16 KB. (Not yet GPU-run.)
-  const int sub = es == 4 ? 8 : 16;
+  // Short rows on part of a warp (mis_subwarp), where sub lanes hold its vectors at 4 a lane (16-bit rows of up to
+  // 512 elements, fp32 256), rows of 256-thread CTAs; a row's head and tail (up to 2 VEC - 2 elements) take up to xe
+  // elements a lane (sub under 2 VEC - 2: 4). A warp a row runs one to four of its lanes' loads at bf16 N = 127: 2048
+  // threads an SM keep 64 rows of 254 bytes in flight, 16 KB; 4 lanes a row, 512 rows, 128 KB.
+  int sub = es == 4 ? 8 : 16;
+  if (mis_subwarp() == 2)
+    for (sub = 4; sub < 16 && ceil_div(nv, (int64_t)4) > sub;) sub *= 2;
   if (mis_subwarp() && g.ns == 4 && ceil_div(nv, (int64_t)4) <= sub) {
     g.tpr = sub;
     g.rows = 256 / sub;
+    g.xe = sub >= 2 * (16 / es) - 2 ? 1 : 4;  // (the head and tail: up to 2 VEC - 2 elements)
   }
   if (ceil_div(M, (int64_t)g.rows) >= INT_MAX) return MisGeo{};
   return g;
@@ -917,9 +938,11 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
                                                         static_cast<const T*>(x.ptr), x.row_stride, M, (int)N);
           return launch_status();
         };
+        if (gm.xe > 1)
+          return mis_two() ? go(mis_fwd_kernel<T, LOG, 4, true, 4>) : go(mis_fwd_kernel<T, LOG, 4, false, 4>);
         if (mis_two())
-          return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, true>) : go(mis_fwd_kernel<T, LOG, 8, true>);
-        return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, false>) : go(mis_fwd_kernel<T, LOG, 8, false>);
+          return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, true, 1>) : go(mis_fwd_kernel<T, LOG, 8, true, 1>);
+        return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, false, 1>) : go(mis_fwd_kernel<T, LOG, 8, false, 1>);
       }
       if (phased && st_rows(M, N, es)) {
         st_fwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
@@ -972,11 +995,14 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
       const rr::Geo gc = phased ? mis_cl_geo(N, es) : rr::Geo{};
       const MisGeo gm = phased && !(gc.ns && mis_mode() == 3) ? mis_bwd_geo(M, N, es) : MisGeo{};
       if (gm.ns) {
-        mis_bwd_kernel<T, LOG><<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
-                                 static_cast<cudaStream_t>(stream)>>>(
-            static_cast<T*>(dx.ptr), dx.row_stride, static_cast<const T*>(dy.ptr), dy.row_stride,
-            static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
-        return launch_status();
+        const auto go = [&](auto kernel) {
+          kernel<<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
+                   static_cast<cudaStream_t>(stream)>>>(static_cast<T*>(dx.ptr), dx.row_stride,
+                                                        static_cast<const T*>(dy.ptr), dy.row_stride,
+                                                        static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
+          return launch_status();
+        };
+        return gm.xe > 1 ? go(mis_bwd_kernel<T, LOG, 4>) : go(mis_bwd_kernel<T, LOG, 1>);
       }
       if (phased && st_rows(M, N, es)) {
         st_bwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
