@@ -64,6 +64,12 @@ def binary(shape, dtype, device) -> Inputs:
     return unary(shape, dtype, device) + unary(shape, dtype, device)
 
 
+def binary_t(shape, dtype, device) -> Inputs:
+    """Two operands of shape, each the transpose of a contiguous tensor (a weight's .t(), activations in [N, M]): the
+    outputs follow the first operand's layout, as eager's, and stay one pass over memory."""
+    return tuple(t.t() for t in binary(shape[::-1], dtype, device))
+
+
 def with_bias(shape, dtype, device) -> Inputs:
     return unary(shape, dtype, device) + (randn(shape[-1], dtype=dtype, device=device),)
 
@@ -104,14 +110,17 @@ def add_rms_norm_eager(x, r, w):
     return rms_norm_eager(s, w), s
 
 
-def row_cases(op, make_inputs, myops_fn, torch_fn, long_rows=True, ref64=False):
+def row_cases(op, make_inputs, myops_fn, torch_fn, long_rows=True, ref64=False, odd=False):
     """An op at the default shape and, with long_rows, at rows of 128 (a head's dimension: the norms of query and
-    key heads), 768, 1024, 1280, 2048 (common hidden sizes), 65536 and 262144 (about the same element count)."""
+    key heads), 768, 1024, 1280, 2048 (common hidden sizes), 65536 and 262144 (about the same element count); odd:
+    also rows of an odd length (each row at another offset from a 16-byte boundary: odd key lengths, GPT-2's
+    vocabulary), 127, 1001 and 50257."""
+    shapes = ((524288, 128), (87040, 768), (65536, 1024), (52416, 1280), (32768, 2048), (1024, 65536), (256, 262144))
+    shapes += ((262144, 127), (65536, 1001), (4096, 50257)) if odd else ()
     cases = [Case(op, make_inputs, myops_fn, torch_fn, backward=True, ref64=ref64)]
     if long_rows:
         cases += [Case(op, make_inputs, myops_fn, torch_fn, backward=True, variant=f"N={n}", shape=(m, n),
-                       ref64=ref64) for m, n in ((524288, 128), (87040, 768), (65536, 1024), (52416, 1280),
-                                                 (32768, 2048), (1024, 65536), (256, 262144))]
+                       ref64=ref64) for m, n in shapes]
     return cases
 
 
@@ -168,12 +177,14 @@ class Case:
 
 CASES = [
     Case("add", binary, ops.add, lambda a, b: a + b),
+    Case("add", binary_t, ops.add, lambda a, b: a + b, variant="transposed"),
     Case("mul", binary, ops.mul, lambda a, b: a * b, backward=True),
     Case("relu", unary, ops.relu, lambda x: torch.relu(x), backward=True),
     Case("scale_bias_relu", with_bias_scale, ops.scale_bias_relu, lambda x, b, s: torch.relu(x * s + b),
          backward=True),
     Case("bias_gelu", with_bias, ops.bias_gelu, lambda x, b: F.gelu(x + b, approximate="tanh"), backward=True),
     Case("swiglu", binary, ops.swiglu, lambda g, u: F.silu(g) * u, backward=True),
+    Case("swiglu", binary_t, ops.swiglu, lambda g, u: F.silu(g) * u, backward=True, variant="transposed"),
     Case("geglu", binary, ops.geglu, lambda g, u: F.gelu(g, approximate="tanh") * u, backward=True),
     Case("sum", unary, lambda x: ops.sum(x, -1), lambda x: x.sum(-1), variant="dim=-1"),
     Case("sum", unary, lambda x: ops.sum(x, 0), lambda x: x.sum(0), variant="dim=0"),
@@ -187,8 +198,8 @@ CASES = [
     # which put 1 element in 67M 0.012-0.016 away from myops' single rounding in about 1 run of 4 (the long-row
     # variants were checked against eager until session 15: the "unexplained" failures of sessions 13 and 14)
     *row_cases("add_rms_norm", with_residual_weight, ops.add_rms_norm, add_rms_norm_eager, ref64=True),
-    *row_cases("softmax", unary, ops.softmax, lambda x: torch.softmax(x, -1)),
-    *row_cases("log_softmax", unary, ops.log_softmax, lambda x: torch.log_softmax(x, -1)),
+    *row_cases("softmax", unary, ops.softmax, lambda x: torch.softmax(x, -1), odd=True),
+    *row_cases("log_softmax", unary, ops.log_softmax, lambda x: torch.log_softmax(x, -1), odd=True),
     Case("cross_entropy", logits_target, ops.cross_entropy, F.cross_entropy, backward=True, shape=(4096, 32000)),
     Case("cross_entropy", logits_target, ops.cross_entropy, F.cross_entropy, backward=True, shape=(1024, 262144),
          variant="V=262144"),

@@ -384,19 +384,19 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
   return g;
 }
 
-// Misaligned rows (N not a multiple of the 16-byte vector, as GPT-2's vocabulary of 50257 or an odd key length, or
-// rows off a 16-byte boundary), x and y of the same phase (each row of y as far from a 16-byte boundary as x's): the
-// forward, which the rows.cuh engine runs with one-element loads and stores wherever a row is misaligned. A row's
-// head (to its first 16-byte boundary) and tail (after its last whole vector), under VEC elements each, one element
-// a thread; the rest in 16-byte loads, NS vectors a thread, all issued before the fold; the fold, its reduction and
-// the outputs are fwd_kernel's (the same formulas, in the same order within a thread). blockDim.x threads a row: 32
-// (or 8 or 16: mis_subwarp) and blockDim.y rows a CTA, or a multiple of 32 and one row (mis_fwd_geo). H200, forward
-// / forward+backward, % of copy (session 55, torch 2.11), the engine -> these: bf16 [65536, 1001] 17.1 / 19.9 ->
-// 67.9 / 83.4 (eager 57.2 / 46.1, torch.compile 78.4 / 81.4), fp32 32.9 / 30.4 -> 67.9 / 84.4, bf16 [16384, 4095]
-// 16.3 / 19.3 -> 68.7 / 83.6, bf16 [4096, 50257] 9.5 / 9.8 -> 48.7 / 14.6 (its backward on the engine: past
-// mis_bwd_geo). MYOPS_SOFTMAX_MIS=0: the engine (A/B). With the forward's statistics in two passes (mis_two, session
-// 56): bf16 [65536, 1001] 92.0 / 96.0 (eager 57.5 / 46.3, compile 78.8 / 81.4), fp32 93.7 / 98.2 (88.3 / 61.2, 89.8
-// / 96.1).
+// Misaligned rows (N not a multiple of the 16-byte vector, as GPT-2's vocabulary of 50257 or an odd key length, or rows
+// off a 16-byte boundary), x and y of the same phase (each row of y as far from a 16-byte boundary as x's): the
+// forward, which the rows.cuh engine runs with one-element loads and stores wherever a row is misaligned. A row's head
+// (to its first 16-byte boundary) and tail (after its last whole vector), under VEC elements each, one element a thread
+// (up to XE on rows of fewer threads than those: mis_extras); the rest in 16-byte loads, NS vectors a thread, all
+// issued before the fold; the fold, its reduction and the outputs are fwd_kernel's (the same formulas, in the same
+// order within a thread). blockDim.x threads a row: 32 (or 4 to 16: mis_subwarp) and blockDim.y rows a CTA, or a
+// multiple of 32 and one row (mis_fwd_geo). H200, forward / forward+backward, % of copy (session 55, torch 2.11), the
+// engine -> these: bf16 [65536, 1001] 17.1 / 19.9 -> 67.9 / 83.4 (eager 57.2 / 46.1, torch.compile 78.4 / 81.4), fp32
+// 32.9 / 30.4 -> 67.9 / 84.4, bf16 [16384, 4095] 16.3 / 19.3 -> 68.7 / 83.6, bf16 [4096, 50257] 9.5 / 9.8 -> 48.7 /
+// 14.6 (its backward on the engine: past mis_bwd_geo). MYOPS_SOFTMAX_MIS=0: the engine (A/B). With the forward's
+// statistics in two passes (mis_two, session 56): bf16 [65536, 1001] 92.0 / 96.0 (eager 57.5 / 46.3, compile 78.8 /
+// 81.4), fp32 93.7 / 98.2 (88.3 / 61.2, 89.8 / 96.1).
 constexpr int kMisThreads = 1024, kMisThreads8 = 896, kMisRows = 8;
 // A 16-byte vector held as words (not an element array: 16-bit elements were given a register each, and bf16
 // spilled), its elements in acc_t.
@@ -818,7 +818,9 @@ inline int mis_subwarp() {
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
 // elements, GPT-2's 50257 included; 0: neither) and threads a row for rows of N elements of es bytes: the fewest
 // warps that hold the row's vectors. (ptxas, sm_90a: 32-65 registers but bf16 at 8 vectors, which spilled 36 bytes
-// under 1024 threads' 64 registers and takes 72 under 896's bound, log_softmax's with 4 bytes spilled.)
+// under 1024 threads' 64 registers and takes 72 under 896's bound, log_softmax's with 4 bytes spilled. Since session
+// 57's mis_extras the online pair's (MYOPS_SOFTMAX_MIS_2P=0) spill more: bf16 8 vectors 8-12 bytes, softmax's fp16 4
+// vectors 40 bytes at 32 registers; the default two passes none.)
 struct MisGeo {
   int ns = 0, tpr = 0, rows = 0, xe = 1;  // (xe: the row's head and tail elements a thread takes, 1 or 4)
 };
