@@ -87,17 +87,17 @@ def test_misaligned_rows(sm, mis):
     50257 for more rows than the clusters that fit); 1 and 0 (every row) the rows.cuh engine; 3 every row of over 512
     threads on the clusters (fp32 8195 and 16-bit 32767 on 2); 5 the streaming kernels for every forward row past 4
     vectors a thread too (16-bit 50257 and 57343, fp32 20001); ",online": MYOPS_SOFTMAX_MIS_2P=0, the forward's
-    statistics in the online pair, not two exact passes; short rows on the fewest lanes of 4 to 16, several rows a
-    warp (4 lanes at 7, 13 and 16-bit 100 and 127, a lane taking up to 4 of the head's and tail's elements; 16 at
-    16-bit 300), ",sub16": 16 lanes a 16-bit row (up to 512 elements), 8 an fp32 one (up to 128)
-    (MYOPS_SOFTMAX_MIS_SUBWARP=1), ",warprow": a warp a row (=0). N under a vector (7, 13), a warp's rows past the
-    end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA at 4 vectors a thread (fp32 1001 and 8195,
-    16-bit 32767 near 1024 threads) and, forward, at 8 (16-bit 50257, and 57343 near their limit), -inf entries, a
-    row of -inf (NaN, as eager) and a NaN (every shape of 4 rows or more); fp32, bf16 and fp16: the output within TOL
-    of float64, output and gradient within twice eager's error on the GPU."""
+    statistics in the online pair, not two exact passes; short rows on the fewest lanes of 4 to 16, several rows a warp
+    (4 lanes at 7, 13 and 16-bit 100 and 127, a lane taking up to 4 of the head's and tail's elements; 8 at 16-bit 200,
+    4 elements a lane too; 16 at 16-bit 300 and fp32 200), ",sub16": 16 lanes a 16-bit row (up to 512 elements), 8 an
+    fp32 one (up to 128) (MYOPS_SOFTMAX_MIS_SUBWARP=1), ",warprow": a warp a row (=0). N under a vector (7, 13), a
+    warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a CTA at 4 vectors a thread
+    (fp32 1001 and 8195, 16-bit 32767 near 1024 threads) and, forward, at 8 (16-bit 50257, and 57343 near their limit),
+    -inf entries, a row of -inf (NaN, as eager) and a NaN (every shape of 4 rows or more); fp32, bf16 and fp16: the
+    output within TOL of float64, output and gradient within twice eager's error on the GPU."""
     cases = []
-    for shape in [(5, 7), (64, 13), (50, 100), (37, 127), (33, 300), (9, 1001), (300, 1001), (4, 8195), (4, 20001),
-                  (4, 32767), (80, 50257), (4, 57343), (4, 65535), (4, 131071), (4, 262147)]:
+    for shape in [(5, 7), (64, 13), (50, 100), (37, 127), (37, 200), (33, 300), (9, 1001), (300, 1001), (4, 8195),
+                  (4, 20001), (4, 32767), (80, 50257), (4, 57343), (4, 65535), (4, 131071), (4, 262147)]:
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
             x = make_tensor(shape, dtype, "cpu", seed=shape[-1]) * 8
             if shape[0] > 3:
@@ -117,7 +117,7 @@ def test_misaligned_rows(sm, mis):
         OUTPUT.append(res)
     """
     env = {"MYOPS_SOFTMAX_MIS": mis[0], "MYOPS_SOFTMAX_MIS_2P": "0" if "online" in mis else "1",
-           "MYOPS_SOFTMAX_ST_THREADS": mis.split(",")[1] if mis[-1].isdigit() and "," in mis else "0",
+           "MYOPS_SOFTMAX_ST_THREADS": next((p for p in mis.split(",")[1:] if p.isdigit()), "0"),
            "MYOPS_SOFTMAX_MIS_SUBWARP": "0" if "warprow" in mis else "1" if "sub16" in mis else "2"}
     for (x, g), (y, dx, y_eager, dx_eager) in zip(cases, run_in_process(code, cases, env)):
         x64 = x.double().requires_grad_()

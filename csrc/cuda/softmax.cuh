@@ -845,6 +845,7 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
     g.tpr = sub;
     g.rows = 256 / sub;
     g.xe = sub >= 2 * (16 / es) - 2 ? 1 : 4;  // (the head and tail: up to 2 VEC - 2 elements)
+    if (g.xe * sub < 2 * (16 / es) - 2) return MisGeo{};  // (never for 2- and 4-byte types)
   }
   if (ceil_div(M, (int64_t)g.rows) >= INT_MAX) return MisGeo{};
   return g;
