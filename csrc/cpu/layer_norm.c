@@ -123,12 +123,22 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
  * s[3] = sum(gw (x - c)), gw = g * w (W) or g. Then sum(gw * xhat) = rs (s[3] - d s[2]), d = mean - c: no
  * cancellation, d being within a standard deviation (in practice within half an ulp of the mean). Pass 2 (ln_bwd_dx) forms xhat, dx and (WS) this block's dw and db terms.
  * The three-pass form (statistics, then xhat with the row's sums, then dx) took 1.3-1.4x eager's time on fp32 rows. */
-MYOPS_CPU_HOT void ln_bwd_sums(const float* restrict xv, const float* restrict gv, const float* restrict wf, int64_t N,
-                               float c, int W, double s[4]) {
+/* BF: xv, gv and dv are unit-stride bf16 rows, read and written in place (each element converted in the loop; the
+ * values and so the bits are those of the fp32 rows the other form reads), else fp32 rows. One thread, with dw and db,
+ * minimum of 100 calls alternating (benchmarks/cpu_ab.py), rows converted into fp32 buffers and dx back -> in place:
+ * bf16 [1024, 4096] 2591-2921 -> 1453-1660 us, [4096, 1024] 2109 -> 1219, [256, 16384] 1832 -> 1318; the same bits.
+ * The op's backward without dw and db, 2 threads, [1024, 4096]: 1368 -> 1107 us (eager 1149-1186); with them 1836 ->
+ * 1384 (1892-1904). Converting a block of 1024 at a time into fp32 buffers that stay in L1 (instead of whole rows)
+ * gained nothing (0.97x): the conversion passes cost, not the buffers' cache misses. fp16 keeps the buffers: GCC 12
+ * converts fp16 one element an instruction in a loop (myops_load_f16 converts 16 a vector by F16C intrinsics). */
+#define LN_LD(p, k) (BF ? myops_bf16_to_f32(((const uint16_t*)(p))[k]) : ((const float*)(p))[k])
+MYOPS_CPU_HOT void ln_bwd_sums(const void* restrict xv, const void* restrict gv, const float* restrict wf, int64_t N,
+                               float c, int W, int BF, double s[4]) {
 #define LN_BWD_TERMS                                \
   do {                                              \
-    const float d_ = xv[k] - c;                     \
-    const float gw_ = W ? gv[k] * wf[k] : gv[k];    \
+    const float d_ = LN_LD(xv, k) - c;              \
+    const float g_ = LN_LD(gv, k);                  \
+    const float gw_ = W ? g_ * wf[k] : g_;          \
     MYOPS_SUMF_TERM(0, d_);                         \
     MYOPS_SUMF_TERM(1, d_ * d_);                    \
     MYOPS_SUMF_TERM(2, gw_);                        \
@@ -137,19 +147,23 @@ MYOPS_CPU_HOT void ln_bwd_sums(const float* restrict xv, const float* restrict g
   MYOPS_SUMSF_BLOCKED(N, 4, LN_BWD_TERMS, s);
 #undef LN_BWD_TERMS
 }
-MYOPS_CPU_HOT void ln_bwd_dx(const float* restrict xv, const float* restrict gv, const float* restrict wf,
-                             float* restrict dv, float* restrict dwf, float* restrict dbf, int64_t N, float hi,
-                             float lo, float rs, float mg, float mgx, int W, int WS) {
+MYOPS_CPU_HOT void ln_bwd_dx(const void* restrict xv, const void* restrict gv, const float* restrict wf,
+                             void* restrict dv, float* restrict dwf, float* restrict dbf, int64_t N, float hi,
+                             float lo, float rs, float mg, float mgx, int W, int WS, int BF) {
   for (int64_t i = 0; i < N; ++i) {
-    const float hv = ((xv[i] - hi) - lo) * rs;
-    const float gw = W ? gv[i] * wf[i] : gv[i];
-    dv[i] = rs * ((gw - mg) - hv * mgx);
+    const float g = LN_LD(gv, i);
+    const float hv = ((LN_LD(xv, i) - hi) - lo) * rs;
+    const float gw = W ? g * wf[i] : g;
+    const float d = rs * ((gw - mg) - hv * mgx);
+    if (BF) ((uint16_t*)dv)[i] = myops_f32_to_bf16(d);
+    else ((float*)dv)[i] = d;
     if (WS) {
-      dwf[i] += gv[i] * hv;
-      dbf[i] += gv[i];
+      dwf[i] += g * hv;
+      dbf[i] += g;
     }
   }
 }
+#undef LN_LD
 MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
                                             const float* mean, const void* w, int64_t M, int64_t N, double eps,
                                             int dtype, int64_t es) {
@@ -158,9 +172,12 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
   float *xb = buf, *gb = buf + N, *h = buf + 2 * N, *wf = buf + 3 * N;  /* x, dy rows; dx row; weight */
   float *dwf = buf + 4 * N, *dbf = buf + 5 * N;  /* this block of rows' dw and db terms, summed in fp32 */
   if (w) myops_load_f32(dtype, w, 1, N, wf);
+  /* bf16 rows of unit stride: read and written in place (ln_bwd_sums' BF) while the saved mean serves */
+  const int bf = dtype == MYOPS_BF16 && x.col_stride == 1 && dy.col_stride == 1 && dx.col_stride == 1;
   for (int64_t r = 0; r < M; ++r) {
-    const float* xv = myops_row_f32(&x, r, N, dtype, es, xb);
-    const float* gv = myops_row_f32(&dy, r, N, dtype, es, gb);
+    const void* xp = myops_row(&x, r, es);
+    const void* gp = myops_row(&dy, r, es);
+    const float *xv = NULL, *gv = NULL; /* the rows in fp32, loaded where used */
     /* dw and db: each column's terms of MYOPS_LN_BWD_WS_ROWS rows summed in fp32 (in row order), each block's sums
      * added into ws in fp64. Adding every row's terms into ws in fp64 (a conversion and a read-modify-write of 16
      * bytes per element) took half of this kernel's time (perf, 2 threads, fp32 [2048, 1024]). */
@@ -172,23 +189,40 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
      * centre: one pass more). */
     double s[4] = {0, 0, 0, 0};
     LnMoments m = {0, 0, 0};
+    int in_place = 0; /* the sums read the bf16 rows in place: so does dx */
     for (int pass = 0; pass < 2; ++pass) {
+      in_place = bf && pass == 0;
+      if (!in_place && xv == NULL) {
+        xv = myops_row_f32(&x, r, N, dtype, es, xb);
+        gv = myops_row_f32(&dy, r, N, dtype, es, gb);
+      }
       const float c = pass == 0 ? mean[r] : ln_center_f32(xv, N);
       if (pass == 0 && !isfinite(c)) continue;
-      if (w) ln_bwd_sums(xv, gv, wf, N, c, 1, s);
-      else ln_bwd_sums(xv, gv, wf, N, c, 0, s);
+      if (in_place && w) ln_bwd_sums(xp, gp, wf, N, c, 1, 1, s);
+      else if (in_place) ln_bwd_sums(xp, gp, wf, N, c, 0, 1, s);
+      else if (w) ln_bwd_sums(xv, gv, wf, N, c, 1, 0, s);
+      else ln_bwd_sums(xv, gv, wf, N, c, 0, 0, s);
       m = ln_moments(s[0], s[1], N, c);
       if (isfinite(m.mud) && m.d * m.d <= m.var) break;
     }
     const LnStats st = ln_finish(m, eps);
     const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
     const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
-    float* dv = myops_out_row_f32(&dx, r, dtype, es, h);
-    if (w && ws) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 1);
-    else if (w) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 0);
-    else if (ws) ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 1);
-    else ln_bwd_dx(xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 0);
-    myops_put_row_f32(&dx, r, N, dtype, es, dv, h);
+#define LN_BWD_DX(X, G, D, BF)                                                                 \
+  do {                                                                                         \
+    if (w && ws) ln_bwd_dx(X, G, wf, D, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 1, BF);           \
+    else if (w) ln_bwd_dx(X, G, wf, D, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 0, BF);            \
+    else if (ws) ln_bwd_dx(X, G, wf, D, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 1, BF);           \
+    else ln_bwd_dx(X, G, wf, D, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 0, BF);                   \
+  } while (0)
+    if (in_place) {
+      LN_BWD_DX(xp, gp, myops_out_row(&dx, r, es), 1);
+    } else {
+      float* dv = myops_out_row_f32(&dx, r, dtype, es, h);
+      LN_BWD_DX(xv, gv, dv, 0);
+      myops_put_row_f32(&dx, r, N, dtype, es, dv, h);
+    }
+#undef LN_BWD_DX
     if (ws && (k == MYOPS_LN_BWD_WS_ROWS - 1 || r == M - 1))
       for (int64_t i = 0; i < 2 * N; ++i) ws[i] += (double)dwf[i];
   }
