@@ -3,6 +3,10 @@
  * ws null, or [2][N] fp64 receiving this call's rows' dw and db contributions (added to what it holds). */
 #include "rows.h"
 
+/* Element k of a row: fp32, or (BF, a compile-time flag at every call) unit-stride bf16 read in place, widened as
+ * loaded: the same values, so the same bits, as an fp32 copy of the row, without the copy's passes. */
+#define LN_LD(p, k) (BF ? myops_bf16_to_f32(((const uint16_t*)(p))[k]) : ((const float*)(p))[k])
+
 /* A row's statistics from its fp32 values: corrected two-pass moments. A first estimate of the mean comes from the
  * deviations from the row's first element, then the deviations d from that estimate c, whose sum corrects it
  * (mean = c + sum(d) / N) and whose squares give the variance (sum(d^2) - sum(d)^2 / N, no cancellation to speak of
@@ -45,6 +49,17 @@ MYOPS_CPU_HOT float ln_center_f32(const float* xv, int64_t N) {
 MYOPS_CPU_HOT LnStats ln_stats_f32(const float* xv, int64_t N, double eps) {
   return ln_finish(ln_moments_f32(xv, N, ln_center_f32(xv, N)), eps);
 }
+/* ln_stats_f32 over x (LN_LD: fp32, or bf16 in place), the same sums in the same order. */
+MYOPS_CPU_HOT LnStats ln_stats_row(const void* x, int64_t N, double eps, int BF) {
+  const float k0 = N > 0 ? LN_LD(x, 0) : 0.f;  /* (k: the sums' element index) */
+  double myops_sum_result_, s[2];
+  MYOPS_SUMF_BLOCKED(N, LN_LD(x, k) - k0);
+  const float c = (float)((double)k0 + myops_sum_result_ / (double)N);
+#define LN_DEV (LN_LD(x, k) - c)
+  MYOPS_SUMSF_BLOCKED(N, 2, (MYOPS_SUMF_TERM(0, LN_DEV), MYOPS_SUMF_TERM(1, LN_DEV * LN_DEV)), s);
+#undef LN_DEV
+  return ln_finish(ln_moments(s[0], s[1], N, c), eps);
+}
 /* Rows stored in fp32 or narrower: elementwise in fp32 (sixteen lanes a vector; the fp64 form took 1.5-1.6x eager's
  * time), the row's sums in fp32 blocks added in fp64 (rows.h). */
 MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
@@ -72,10 +87,45 @@ MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* r
   return MYOPS_OK;
 }
 
+/* layer_norm_f32's rows when x and y are unit-stride bf16, read and written in place (LN_LD; widened as read, rounded
+ * as stored): the same bits without the rows' conversion passes. Its own function: the same loops beside
+ * layer_norm_f32's in one function slowed the fp32 rows by 1.15-1.27x (one thread, [1024, 4096] and [256, 16384]). One
+ * thread, minimum of 200 calls alternating (cpu_ab.py), us: bf16 [1024, 4096] 1147-1187 -> 840-864, [256, 16384]
+ * 1075 -> 823 (100 calls); short rows gain little: [16384, 256] 1894 -> 1978, [4096, 33] 372 -> 352. */
+MYOPS_CPU_VEC static int layer_norm_bf16(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
+                                         const void* b, int64_t M, int64_t N, double eps) {
+  const int BF = 1;  /* (LN_LD's) */
+  const int64_t n1 = N > 0 ? N : 1;
+  float* wf = (float*)malloc((size_t)n1 * 2 * sizeof(float));
+  if (wf == NULL) return MYOPS_EARG;
+  float* bf = wf + n1;  /* weight, bias as fp32 */
+  if (w) myops_load_f32(MYOPS_BF16, w, 1, N, wf);
+  if (b) myops_load_f32(MYOPS_BF16, b, 1, N, bf);
+  for (int64_t r = 0; r < M; ++r) {
+    const uint16_t* xv = (const uint16_t*)myops_row(&x, r, 2);
+    uint16_t* yv = (uint16_t*)myops_out_row(&y, r, 2);
+    const LnStats st = ln_stats_row(xv, N, eps, 1);
+    const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
+    myops_st_stat(MYOPS_BF16, mean, r, st.mud);
+    myops_st_stat(MYOPS_BF16, rstd, r, st.rsd);
+    /* each case its own loop, as layer_norm_f32's */
+#define LN_H ((LN_LD(xv, i) - hi) - lo)
+    if (w && b) for (int64_t i = 0; i < N; ++i) yv[i] = myops_f32_to_bf16(LN_H * rs * wf[i] + bf[i]);
+    else if (w) for (int64_t i = 0; i < N; ++i) yv[i] = myops_f32_to_bf16(LN_H * rs * wf[i]);
+    else if (b) for (int64_t i = 0; i < N; ++i) yv[i] = myops_f32_to_bf16(LN_H * rs + bf[i]);
+    else for (int64_t i = 0; i < N; ++i) yv[i] = myops_f32_to_bf16(LN_H * rs);
+#undef LN_H
+  }
+  free(wf);
+  return MYOPS_OK;
+}
+
 MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rstd, myops_operand x,
                                        const void* w, const void* b, int64_t M, int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  if (dtype == MYOPS_BF16 && x.col_stride == 1 && y.col_stride == 1)
+    return layer_norm_bf16(y, mean, rstd, x, w, b, M, N, eps);
   if (dtype != MYOPS_F64) return layer_norm_f32(y, mean, rstd, x, w, b, M, N, eps, dtype, es);
   const int64_t n1 = N > 0 ? N : 1;
   double* v = (double*)malloc((size_t)n1 * 3 * sizeof(double));
@@ -131,7 +181,6 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
  * 1384 (1892-1904). Converting a block of 1024 at a time into fp32 buffers that stay in L1 (instead of whole rows)
  * gained nothing (0.97x): the conversion passes cost, not the buffers' cache misses. fp16 keeps the buffers: GCC 12
  * converts fp16 one element an instruction in a loop (myops_load_f16 converts 16 a vector by F16C intrinsics). */
-#define LN_LD(p, k) (BF ? myops_bf16_to_f32(((const uint16_t*)(p))[k]) : ((const float*)(p))[k])
 MYOPS_CPU_HOT void ln_bwd_sums(const void* restrict xv, const void* restrict gv, const float* restrict wf, int64_t N,
                                float c, int W, int BF, double s[4]) {
 #define LN_BWD_TERMS                                \
@@ -163,7 +212,6 @@ MYOPS_CPU_HOT void ln_bwd_dx(const void* restrict xv, const void* restrict gv, c
     }
   }
 }
-#undef LN_LD
 MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
                                             const float* mean, const void* w, int64_t M, int64_t N, double eps,
                                             int dtype, int64_t es) {
@@ -264,3 +312,4 @@ MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws
   free(g);
   return MYOPS_OK;
 }
+#undef LN_LD
