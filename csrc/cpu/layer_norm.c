@@ -173,14 +173,6 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
  * s[3] = sum(gw (x - c)), gw = g * w (W) or g. Then sum(gw * xhat) = rs (s[3] - d s[2]), d = mean - c: no
  * cancellation, d being within a standard deviation (in practice within half an ulp of the mean). Pass 2 (ln_bwd_dx) forms xhat, dx and (WS) this block's dw and db terms.
  * The three-pass form (statistics, then xhat with the row's sums, then dx) took 1.3-1.4x eager's time on fp32 rows. */
-/* BF: xv, gv and dv are unit-stride bf16 rows, read and written in place (each element converted in the loop; the
- * values and so the bits are those of the fp32 rows the other form reads), else fp32 rows. One thread, with dw and db,
- * minimum of 100 calls alternating (benchmarks/cpu_ab.py), rows converted into fp32 buffers and dx back -> in place:
- * bf16 [1024, 4096] 2591-2921 -> 1453-1660 us, [4096, 1024] 2109 -> 1219, [256, 16384] 1832 -> 1318; the same bits.
- * The op's backward without dw and db, 2 threads, [1024, 4096]: 1368 -> 1107 us (eager 1149-1186); with them 1836 ->
- * 1384 (1892-1904). Converting a block of 1024 at a time into fp32 buffers that stay in L1 (instead of whole rows)
- * gained nothing (0.97x): the conversion passes cost, not the buffers' cache misses. fp16 keeps the buffers: GCC 12
- * converts fp16 one element an instruction in a loop (myops_load_f16 converts 16 a vector by F16C intrinsics). */
 MYOPS_CPU_HOT void ln_bwd_sums(const void* restrict xv, const void* restrict gv, const float* restrict wf, int64_t N,
                                float c, int W, int BF, double s[4]) {
 #define LN_BWD_TERMS                                \
@@ -198,7 +190,7 @@ MYOPS_CPU_HOT void ln_bwd_sums(const void* restrict xv, const void* restrict gv,
 }
 MYOPS_CPU_HOT void ln_bwd_dx(const void* restrict xv, const void* restrict gv, const float* restrict wf,
                              void* restrict dv, float* restrict dwf, float* restrict dbf, int64_t N, float hi,
-                             float lo, float rs, float mg, float mgx, int W, int WS, int BF) {
+                             float lo, float rs, float mg, float mgx, int BF, int W, int WS) {
   for (int64_t i = 0; i < N; ++i) {
     const float g = LN_LD(gv, i);
     const float hv = ((LN_LD(xv, i) - hi) - lo) * rs;
@@ -212,6 +204,34 @@ MYOPS_CPU_HOT void ln_bwd_dx(const void* restrict xv, const void* restrict gv, c
     }
   }
 }
+/* (w, ws: the weight and the dw/db workspace present; F(..., W, WS) for the four cases) */
+#define LN_BWD_CASES(F, ...)                  \
+  do {                                        \
+    if (w && ws) F(__VA_ARGS__, 1, 1);        \
+    else if (w) F(__VA_ARGS__, 1, 0);         \
+    else if (ws) F(__VA_ARGS__, 0, 1);        \
+    else F(__VA_ARGS__, 0, 0);                \
+  } while (0)
+/* Row r's dx into dv from its fp32 rows xv and gv (dw and db terms into dwf, dbf where ws). The sums about the saved
+ * mean c0; where that mean is not within a standard deviation of the row's (it did not come from this row's forward)
+ * or not finite, about the row's own first estimate instead (ln_stats_f32's centre: one pass more). */
+MYOPS_CPU_HOT void ln_bwd_row_f32(const float* xv, const float* gv, float* dv, const float* wf, float* dwf, float* dbf,
+                                  const void* w, const double* ws, int64_t N, float c0, double eps) {
+  double s[4] = {0, 0, 0, 0};
+  LnMoments m = {0, 0, 0};
+  for (int pass = 0; pass < 2; ++pass) {
+    const float c = pass == 0 ? c0 : ln_center_f32(xv, N);
+    if (pass == 0 && !isfinite(c)) continue;
+    if (w) ln_bwd_sums(xv, gv, wf, N, c, 1, 0, s);
+    else ln_bwd_sums(xv, gv, wf, N, c, 0, 0, s);
+    m = ln_moments(s[0], s[1], N, c);
+    if (isfinite(m.mud) && m.d * m.d <= m.var) break;
+  }
+  const LnStats st = ln_finish(m, eps);
+  const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
+  const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
+  LN_BWD_CASES(ln_bwd_dx, xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0);
+}
 MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
                                             const float* mean, const void* w, int64_t M, int64_t N, double eps,
                                             int dtype, int64_t es) {
@@ -220,63 +240,73 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
   float *xb = buf, *gb = buf + N, *h = buf + 2 * N, *wf = buf + 3 * N;  /* x, dy rows; dx row; weight */
   float *dwf = buf + 4 * N, *dbf = buf + 5 * N;  /* this block of rows' dw and db terms, summed in fp32 */
   if (w) myops_load_f32(dtype, w, 1, N, wf);
-  /* bf16 rows of unit stride: read and written in place (ln_bwd_sums' BF) while the saved mean serves */
-  const int bf = dtype == MYOPS_BF16 && x.col_stride == 1 && dy.col_stride == 1 && dx.col_stride == 1;
   for (int64_t r = 0; r < M; ++r) {
-    const void* xp = myops_row(&x, r, es);
-    const void* gp = myops_row(&dy, r, es);
-    const float *xv = NULL, *gv = NULL; /* the rows in fp32, loaded where used */
     /* dw and db: each column's terms of MYOPS_LN_BWD_WS_ROWS rows summed in fp32 (in row order), each block's sums
      * added into ws in fp64. Adding every row's terms into ws in fp64 (a conversion and a read-modify-write of 16
      * bytes per element) took half of this kernel's time (perf, 2 threads, fp32 [2048, 1024]). */
     const int64_t k = r % MYOPS_LN_BWD_WS_ROWS;
     if (ws && k == 0)
       for (int64_t i = 0; i < 2 * N; ++i) dwf[i] = 0.f;
-    /* The sums about the saved mean; where that mean is not within a standard deviation of the row's (it did not
-     * come from this row's forward) or not finite, about the row's own first estimate instead (ln_stats_f32's
-     * centre: one pass more). */
-    double s[4] = {0, 0, 0, 0};
-    LnMoments m = {0, 0, 0};
-    int in_place = 0; /* the sums read the bf16 rows in place: so does dx */
-    for (int pass = 0; pass < 2; ++pass) {
-      in_place = bf && pass == 0;
-      if (!in_place && xv == NULL) {
-        xv = myops_row_f32(&x, r, N, dtype, es, xb);
-        gv = myops_row_f32(&dy, r, N, dtype, es, gb);
-      }
-      const float c = pass == 0 ? mean[r] : ln_center_f32(xv, N);
-      if (pass == 0 && !isfinite(c)) continue;
-      if (in_place && w) ln_bwd_sums(xp, gp, wf, N, c, 1, 1, s);
-      else if (in_place) ln_bwd_sums(xp, gp, wf, N, c, 0, 1, s);
-      else if (w) ln_bwd_sums(xv, gv, wf, N, c, 1, 0, s);
-      else ln_bwd_sums(xv, gv, wf, N, c, 0, 0, s);
-      m = ln_moments(s[0], s[1], N, c);
-      if (isfinite(m.mud) && m.d * m.d <= m.var) break;
-    }
-    const LnStats st = ln_finish(m, eps);
-    const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
-    const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
-#define LN_BWD_DX(X, G, D, BF)                                                                 \
-  do {                                                                                         \
-    if (w && ws) ln_bwd_dx(X, G, wf, D, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 1, BF);           \
-    else if (w) ln_bwd_dx(X, G, wf, D, dwf, dbf, N, hi, lo, rs, mg, mgx, 1, 0, BF);            \
-    else if (ws) ln_bwd_dx(X, G, wf, D, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 1, BF);           \
-    else ln_bwd_dx(X, G, wf, D, dwf, dbf, N, hi, lo, rs, mg, mgx, 0, 0, BF);                   \
-  } while (0)
-    if (in_place) {
-      LN_BWD_DX(xp, gp, myops_out_row(&dx, r, es), 1);
-    } else {
-      float* dv = myops_out_row_f32(&dx, r, dtype, es, h);
-      LN_BWD_DX(xv, gv, dv, 0);
-      myops_put_row_f32(&dx, r, N, dtype, es, dv, h);
-    }
-#undef LN_BWD_DX
+    const float* xv = myops_row_f32(&x, r, N, dtype, es, xb);
+    const float* gv = myops_row_f32(&dy, r, N, dtype, es, gb);
+    float* dv = myops_out_row_f32(&dx, r, dtype, es, h);
+    ln_bwd_row_f32(xv, gv, dv, wf, dwf, dbf, w, ws, N, mean[r], eps);
+    myops_put_row_f32(&dx, r, N, dtype, es, dv, h);
     if (ws && (k == MYOPS_LN_BWD_WS_ROWS - 1 || r == M - 1))
       for (int64_t i = 0; i < 2 * N; ++i) ws[i] += (double)dwf[i];
   }
   free(buf);
   return MYOPS_OK;
 }
+/* layer_norm_bwd_f32's rows when x, dy and dx are unit-stride bf16: read and written in place (ln_bwd_sums' and
+ * ln_bwd_dx's BF: widened as read, rounded as stored) while the saved mean serves; a row it does not serve goes
+ * through fp32 buffers (ln_bwd_row_f32). The same bits either way. Its own function, as layer_norm_bf16's (in one
+ * function with layer_norm_bwd_f32's rows, fp32 ran 4-7% slower). One thread, with dw and db, minimum of 100 calls
+ * alternating (benchmarks/cpu_ab.py), us: bf16 [1024, 4096] 2591-2967 -> 1453-1660, [4096, 1024] 2109 -> 1219,
+ * [256, 16384] 1832 -> 1318. The op's backward without dw and db, 2 threads, [1024, 4096]: 1368 -> 1107 us (eager
+ * 1149-1186); with them 1836 -> 1384 (1892-1904). Converting a block of 1024 at a time into fp32 buffers that stay in
+ * L1 (instead of whole rows) gained nothing (0.97x). fp16 keeps the buffers: GCC 12 converts fp16 one element an
+ * instruction in a loop (myops_load_f16 converts 16 a vector by F16C intrinsics). */
+MYOPS_CPU_VEC static int layer_norm_bwd_bf16(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
+                                             const float* mean, const void* w, int64_t M, int64_t N, double eps) {
+  float* buf = (float*)malloc((size_t)N * 6 * sizeof(float));
+  if (buf == NULL) return MYOPS_EARG;
+  float *xb = buf, *gb = buf + N, *h = buf + 2 * N, *wf = buf + 3 * N;  /* x, dy rows; dx row; weight */
+  float *dwf = buf + 4 * N, *dbf = buf + 5 * N;  /* this block of rows' dw and db terms, summed in fp32 */
+  if (w) myops_load_f32(MYOPS_BF16, w, 1, N, wf);
+  for (int64_t r = 0; r < M; ++r) {
+    const int64_t k = r % MYOPS_LN_BWD_WS_ROWS;  /* (dw and db as layer_norm_bwd_f32's) */
+    if (ws && k == 0)
+      for (int64_t i = 0; i < 2 * N; ++i) dwf[i] = 0.f;
+    const void* xp = myops_row(&x, r, 2);
+    const void* gp = myops_row(&dy, r, 2);
+    void* dp = myops_out_row(&dx, r, 2);
+    const float c = mean[r];
+    double s[4] = {0, 0, 0, 0};
+    LnMoments m = {0, 0, 0};
+    if (isfinite(c)) {
+      if (w) ln_bwd_sums(xp, gp, wf, N, c, 1, 1, s);
+      else ln_bwd_sums(xp, gp, wf, N, c, 0, 1, s);
+      m = ln_moments(s[0], s[1], N, c);
+    }
+    if (isfinite(c) && isfinite(m.mud) && m.d * m.d <= m.var) {
+      const LnStats st = ln_finish(m, eps);
+      const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
+      const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
+      LN_BWD_CASES(ln_bwd_dx, xp, gp, wf, dp, dwf, dbf, N, hi, lo, rs, mg, mgx, 1);
+    } else {
+      myops_load_f32(MYOPS_BF16, xp, 1, N, xb);
+      myops_load_f32(MYOPS_BF16, gp, 1, N, gb);
+      ln_bwd_row_f32(xb, gb, h, wf, dwf, dbf, w, ws, N, c, eps);
+      myops_store_f32(MYOPS_BF16, dp, 1, N, h);
+    }
+    if (ws && (k == MYOPS_LN_BWD_WS_ROWS - 1 || r == M - 1))
+      for (int64_t i = 0; i < 2 * N; ++i) ws[i] += (double)dwf[i];
+  }
+  free(buf);
+  return MYOPS_OK;
+}
+#undef LN_BWD_CASES
 
 /* The backward pass recomputes mean and rstd from x instead of reading the forward's, which are rounded to fp32
  * (in fp64 below; layer_norm_bwd_f32's rows in fp32 blocks added in fp64, about the saved mean): for short rows the
@@ -287,6 +317,9 @@ MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws
                                                 int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
+  if (dtype == MYOPS_BF16 && N >= MYOPS_LN_BWD_F32_MIN_N && x.col_stride == 1 && dy.col_stride == 1 &&
+      dx.col_stride == 1)
+    return layer_norm_bwd_bf16(dx, ws, dy, x, (const float*)mean, w, M, N, eps);
   if (dtype != MYOPS_F64 && N >= MYOPS_LN_BWD_F32_MIN_N)
     return layer_norm_bwd_f32(dx, ws, dy, x, (const float*)mean, w, M, N, eps, dtype, es);
   const int64_t n1 = N > 0 ? N : 1;
