@@ -232,14 +232,18 @@ MYOPS_CPU_HOT void ln_bwd_row_f32(const float* xv, const float* gv, float* dv, c
   const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
   LN_BWD_CASES(ln_bwd_dx, xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0);
 }
+/* The backward's scratch, [6][N] fp32 (declared in the function, freed by it): the x and dy rows (xb, gb), the dx row
+ * (h), the weight (wf, loaded as fp32), this block of rows' dw and db terms (dwf, dbf, summed in fp32). */
+#define LN_BWD_SCRATCH(DT)                                               \
+  float* buf = (float*)malloc((size_t)N * 6 * sizeof(float));           \
+  if (buf == NULL) return MYOPS_EARG;                                   \
+  float *xb = buf, *gb = buf + N, *h = buf + 2 * N, *wf = buf + 3 * N;  \
+  float *dwf = buf + 4 * N, *dbf = buf + 5 * N;                         \
+  if (w) myops_load_f32(DT, w, 1, N, wf)
 MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
                                             const float* mean, const void* w, int64_t M, int64_t N, double eps,
                                             int dtype, int64_t es) {
-  float* buf = (float*)malloc((size_t)N * 6 * sizeof(float));
-  if (buf == NULL) return MYOPS_EARG;
-  float *xb = buf, *gb = buf + N, *h = buf + 2 * N, *wf = buf + 3 * N;  /* x, dy rows; dx row; weight */
-  float *dwf = buf + 4 * N, *dbf = buf + 5 * N;  /* this block of rows' dw and db terms, summed in fp32 */
-  if (w) myops_load_f32(dtype, w, 1, N, wf);
+  LN_BWD_SCRATCH(dtype);
   for (int64_t r = 0; r < M; ++r) {
     /* dw and db: each column's terms of MYOPS_LN_BWD_WS_ROWS rows summed in fp32 (in row order), each block's sums
      * added into ws in fp64. Adding every row's terms into ws in fp64 (a conversion and a read-modify-write of 16
@@ -269,11 +273,7 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
  * instruction in a loop (myops_load_f16 converts 16 a vector by F16C intrinsics). */
 MYOPS_CPU_VEC static int layer_norm_bwd_bf16(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
                                              const float* mean, const void* w, int64_t M, int64_t N, double eps) {
-  float* buf = (float*)malloc((size_t)N * 6 * sizeof(float));
-  if (buf == NULL) return MYOPS_EARG;
-  float *xb = buf, *gb = buf + N, *h = buf + 2 * N, *wf = buf + 3 * N;  /* x, dy rows; dx row; weight */
-  float *dwf = buf + 4 * N, *dbf = buf + 5 * N;  /* this block of rows' dw and db terms, summed in fp32 */
-  if (w) myops_load_f32(MYOPS_BF16, w, 1, N, wf);
+  LN_BWD_SCRATCH(MYOPS_BF16);
   for (int64_t r = 0; r < M; ++r) {
     const int64_t k = r % MYOPS_LN_BWD_WS_ROWS;  /* (dw and db as layer_norm_bwd_f32's) */
     if (ws && k == 0)
@@ -307,6 +307,7 @@ MYOPS_CPU_VEC static int layer_norm_bwd_bf16(myops_out_operand dx, double* ws, m
   return MYOPS_OK;
 }
 #undef LN_BWD_CASES
+#undef LN_BWD_SCRATCH
 
 /* The backward pass recomputes mean and rstd from x instead of reading the forward's, which are rounded to fp32
  * (in fp64 below; layer_norm_bwd_f32's rows in fp32 blocks added in fp64, about the saved mean): for short rows the
