@@ -4,7 +4,8 @@
 #include "rows.h"
 
 /* Element k of a row: fp32, or (BF, a compile-time flag at every call) unit-stride bf16 read in place, widened as
- * loaded: the same values, so the same bits, as an fp32 copy of the row, without the copy's passes. */
+ * loaded: the same values as an fp32 copy of the row, so the same results (NaNs' signs and payloads aside: the
+ * compiler may order a NaN's operands otherwise), without the copy's passes. */
 #define LN_LD(p, k) (BF ? myops_bf16_to_f32(((const uint16_t*)(p))[k]) : ((const float*)(p))[k])
 
 /* A row's statistics from its fp32 values: corrected two-pass moments. A first estimate of the mean comes from the
@@ -88,10 +89,10 @@ MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* r
 }
 
 /* layer_norm_f32's rows when x and y are unit-stride bf16, read and written in place (LN_LD; widened as read, rounded
- * as stored): the same bits without the rows' conversion passes. Its own function: the same loops beside
- * layer_norm_f32's in one function slowed the fp32 rows by 1.15-1.27x (one thread, [1024, 4096] and [256, 16384]). One
- * thread, minimum of 200 calls alternating (cpu_ab.py), us: bf16 [1024, 4096] 1147-1187 -> 840-864, [256, 16384]
- * 1075 -> 823 (100 calls); short rows gain little: [16384, 256] 1894 -> 1978, [4096, 33] 372 -> 352. */
+ * as stored): the same results (LN_LD's note) without the rows' conversion passes. Its own function: the same
+ * loops beside layer_norm_f32's in one function slowed the fp32 rows by 1.15-1.27x (one thread, [1024, 4096] and [256,
+ * 16384]). One thread, minimum of 200 calls alternating (cpu_ab.py), us: bf16 [1024, 4096] 1147-1187 -> 840-864, [256,
+ * 16384] 1075 -> 823 (100 calls); short rows gain little: [16384, 256] 1894 -> 1978, [4096, 33] 372 -> 352. */
 MYOPS_CPU_VEC static int layer_norm_bf16(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
                                          const void* b, int64_t M, int64_t N, double eps) {
   const int BF = 1;  /* (LN_LD's) */
@@ -171,7 +172,8 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
  * a pass more). Pass 1 (ln_bwd_sums) sums, about c, in fp32 blocks added in fp64 (MYOPS_SUMSF_BLOCKED):
  * s[0] = sum(x - c), s[1] = sum((x - c)^2) (the moments of ln_moments_f32 bit for bit), s[2] = sum(gw) and
  * s[3] = sum(gw (x - c)), gw = g * w (W) or g. Then sum(gw * xhat) = rs (s[3] - d s[2]), d = mean - c: no
- * cancellation, d being within a standard deviation (in practice within half an ulp of the mean). Pass 2 (ln_bwd_dx) forms xhat, dx and (WS) this block's dw and db terms.
+ * cancellation, d being within a standard deviation (in practice within half an ulp of the mean). Pass 2
+ * (ln_bwd_dx) forms xhat, dx and (WS) this block's dw and db terms; BF: x, dy and dx as LN_LD reads them.
  * The three-pass form (statistics, then xhat with the row's sums, then dx) took 1.3-1.4x eager's time on fp32 rows. */
 MYOPS_CPU_HOT void ln_bwd_sums(const void* restrict xv, const void* restrict gv, const float* restrict wf, int64_t N,
                                float c, int W, int BF, double s[4]) {
@@ -243,7 +245,7 @@ MYOPS_CPU_HOT void ln_bwd_row_f32(const float* xv, const float* gv, float* dv, c
 MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
                                             const float* mean, const void* w, int64_t M, int64_t N, double eps,
                                             int dtype, int64_t es) {
-  LN_BWD_SCRATCH(dtype);
+  LN_BWD_SCRATCH(dtype); /* (declares xb, gb, h, wf, dwf, dbf in buf; MYOPS_EARG without memory) */
   for (int64_t r = 0; r < M; ++r) {
     /* dw and db: each column's terms of MYOPS_LN_BWD_WS_ROWS rows summed in fp32 (in row order), each block's sums
      * added into ws in fp64. Adding every row's terms into ws in fp64 (a conversion and a read-modify-write of 16
@@ -263,17 +265,18 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
   return MYOPS_OK;
 }
 /* layer_norm_bwd_f32's rows when x, dy and dx are unit-stride bf16: read and written in place (ln_bwd_sums' and
- * ln_bwd_dx's BF: widened as read, rounded as stored) while the saved mean serves; a row it does not serve goes
- * through fp32 buffers (ln_bwd_row_f32). The same bits either way. Its own function, as layer_norm_bf16's (in one
- * function with layer_norm_bwd_f32's rows, fp32 ran 4-7% slower). One thread, with dw and db, minimum of 100 calls
- * alternating (benchmarks/cpu_ab.py), us: bf16 [1024, 4096] 2591-2967 -> 1453-1660, [4096, 1024] 2109 -> 1219,
- * [256, 16384] 1832 -> 1318. The op's backward without dw and db, 2 threads, [1024, 4096]: 1368 -> 1107 us (eager
- * 1149-1186); with them 1836 -> 1384 (1892-1904). Converting a block of 1024 at a time into fp32 buffers that stay in
- * L1 (instead of whole rows) gained nothing (0.97x). fp16 keeps the buffers: GCC 12 converts fp16 one element an
- * instruction in a loop (myops_load_f16 converts 16 a vector by F16C intrinsics). */
+ * ln_bwd_dx's BF: widened as read, rounded as stored) while the saved mean serves; a row it does not serve goes through
+ * fp32 buffers (ln_bwd_row_f32, from the row's own centre: NAN skips the saved mean's pass that has just failed, which
+ * a review timed at 8% on rows whose mean is 1000 off). The same results either way (NaNs aside). Its own function, as
+ * layer_norm_bf16's (in one function with layer_norm_bwd_f32's rows, fp32 ran 4-7% slower). One thread, with dw and db,
+ * minimum of 100 calls alternating (benchmarks/cpu_ab.py), us: bf16 [1024, 4096] 2591-2967 -> 1453-1792, [4096, 1024]
+ * 2109 -> 1219, [256, 16384] 1832 -> 1318. The op's backward without dw and db, 2 threads, [1024, 4096]: 1368 -> 1107
+ * us (eager 1149-1186); with them 1836 -> 1384 (1892-1904). Converting a block of 1024 at a time into fp32 buffers that
+ * stay in L1 (instead of whole rows) gained nothing (0.97x). fp16 keeps the buffers: GCC 12 converts fp16 one element
+ * an instruction in a loop (myops_load_f16 converts 16 a vector by F16C intrinsics). */
 MYOPS_CPU_VEC static int layer_norm_bwd_bf16(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
                                              const float* mean, const void* w, int64_t M, int64_t N, double eps) {
-  LN_BWD_SCRATCH(MYOPS_BF16);
+  LN_BWD_SCRATCH(MYOPS_BF16); /* (as layer_norm_bwd_f32's) */
   for (int64_t r = 0; r < M; ++r) {
     const int64_t k = r % MYOPS_LN_BWD_WS_ROWS;  /* (dw and db as layer_norm_bwd_f32's) */
     if (ws && k == 0)
@@ -297,7 +300,7 @@ MYOPS_CPU_VEC static int layer_norm_bwd_bf16(myops_out_operand dx, double* ws, m
     } else {
       myops_load_f32(MYOPS_BF16, xp, 1, N, xb);
       myops_load_f32(MYOPS_BF16, gp, 1, N, gb);
-      ln_bwd_row_f32(xb, gb, h, wf, dwf, dbf, w, ws, N, c, eps);
+      ln_bwd_row_f32(xb, gb, h, wf, dwf, dbf, w, ws, N, NAN, eps);
       myops_store_f32(MYOPS_BF16, dp, 1, N, h);
     }
     if (ws && (k == MYOPS_LN_BWD_WS_ROWS - 1 || r == M - 1))
@@ -312,7 +315,8 @@ MYOPS_CPU_VEC static int layer_norm_bwd_bf16(myops_out_operand dx, double* ws, m
 /* The backward pass recomputes mean and rstd from x instead of reading the forward's, which are rounded to fp32
  * (in fp64 below; layer_norm_bwd_f32's rows in fp32 blocks added in fp64, about the saved mean): for short rows the
  * terms of dx cancel (N = 2: dx = r * (g - mean(g)) * eps * r^2, a difference of terms of size r * g), and
- * x - mean(fp32) alone then cost up to 7x eager's error. */
+ * x - mean(fp32) alone then cost up to 7x eager's error. dx must not overlap dy or x (ln_bwd_dx's restrict; the
+ * registration layer allocates it). */
 MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws, myops_operand dy,
                                                 myops_operand x, const void* mean, const void* w, int64_t M,
                                                 int64_t N, double eps, int dtype) {
