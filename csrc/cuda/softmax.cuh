@@ -517,8 +517,10 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
   });
   mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int c) { yr[c - h] = from_acc<T>(out(xe[i])); });
 }
+// (XE 8: only 2-lane rows of 256-thread CTAs, MYOPS_SOFTMAX_MIS_SUBWARP=3; bounded to 256 threads, its backward's
+// registers spilled 44-64 bytes under 1024's 64.)
 template <class T, bool LOG, int NS, bool TWO, int XE>
-__global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
+__global__ void __launch_bounds__(XE > 4 ? 256 : NS > 4 ? kMisThreads8 : kMisThreads)
     mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                    const T* __restrict__ x, int64_t xs,  // [M, N]
                    int64_t M, int N) {
@@ -608,7 +610,7 @@ __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,    
   mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int c) { dr[c - h] = from_acc<T>(out(ge[i], ve[i])); });
 }
 template <class T, bool LOG, int XE>
-__global__ void __launch_bounds__(kMisThreads) mis_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+__global__ void __launch_bounds__(XE > 4 ? 256 : kMisThreads) mis_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
                                                               const T* __restrict__ dy, int64_t dys,  // [M, N]
                                                               const T* __restrict__ y, int64_t ys,    // [M, N]
                                                               int64_t M, int N) {
@@ -810,9 +812,11 @@ inline bool mis_two() {
 // % of copy, forward / forward+backward, 0 -> 1 -> 2: bf16 [262144, 127] 27.5 / 35.7 -> 51.2 / 62.6 -> 71.1 / 78.3,
 // fp32 48.5 / 64.9 -> 89.4 / 93.3 -> 90.1 / 94.2 (8 lanes either way); bf16 [65536, 257] 48.2 / 59.3 -> 67.0 / 76.6
 // -> 67.3 / 76.9 (16 lanes either way); 1 -> 2: bf16 [1048576, 31] 14.1 / 18.8 -> 40.7 / 51.4, fp32 49.6 / 65.5 ->
-// 60.9 / 77.9, fp32 [131072, 255] 74.6 / 87.5 -> 92.4 / 95.4 (16 lanes instead of a warp). Read once.
+// 60.9 / 77.9, fp32 [131072, 255] 74.6 / 87.5 -> 92.4 / 95.4 (16 lanes instead of a warp). 3: as 2 from 2 lanes (rows
+// of up to 8 vectors, 16-bit N up to 64 and fp32 32, on 2 lanes, 16-bit ones taking up to 8 head and tail elements a
+// lane: built in session 57 for rows of 31, where torch.compile led, and not yet GPU-run). Read once.
 inline int mis_subwarp() {
-  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_SUBWARP", 2, [](int m) { return m >= 0 && m <= 2; });
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_SUBWARP", 2, [](int m) { return m >= 0 && m <= 3; });
   return v;
 }
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
@@ -822,7 +826,7 @@ inline int mis_subwarp() {
 // 57's mis_extras the online pair's (MYOPS_SOFTMAX_MIS_2P=0) spill more: bf16 8 vectors 8-12 bytes, softmax's fp16 4
 // vectors 40 bytes at 32 registers; the default two passes none.)
 struct MisGeo {
-  int ns = 0, tpr = 0, rows = 0, xe = 1;  // (xe: the row's head and tail elements a thread takes, 1 or 4)
+  int ns = 0, tpr = 0, rows = 0, xe = 1;  // (xe: the row's head and tail elements a thread takes, 1, 4 or 8)
 };
 // (Mode 5: not 8.)
 inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
@@ -836,16 +840,17 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
   g.rows = g.tpr == 32 ? kMisRows : 1;
   // Short rows on part of a warp (mis_subwarp), where sub lanes hold its vectors at 4 a lane (16-bit rows of up to
   // 512 elements, fp32 256), rows of 256-thread CTAs; a row's head and tail (up to 2 VEC - 2 elements) take up to xe
-  // elements a lane (sub under 2 VEC - 2: 4). A warp a row runs one to four of its lanes' loads at bf16 N = 127: 2048
+  // elements a lane (sub under 2 VEC - 2: 4, or 8 where 4 do not cover them). A warp a row runs one to four of its lanes' loads at bf16 N = 127: 2048
   // threads an SM keep 64 rows of 254 bytes in flight, 16 KB; 4 lanes a row, 512 rows, 128 KB.
   int sub = es == 4 ? 8 : 16;
-  if (mis_subwarp() == 2)
-    for (sub = 4; sub < 16 && ceil_div(nv, (int64_t)4) > sub;) sub *= 2;
+  if (mis_subwarp() >= 2)
+    for (sub = mis_subwarp() == 3 ? 2 : 4; sub < 16 && ceil_div(nv, (int64_t)4) > sub;) sub *= 2;
   if (mis_subwarp() && g.ns == 4 && ceil_div(nv, (int64_t)4) <= sub) {
+    const int nx = 2 * (16 / es) - 2;  // (the head and tail: up to 2 VEC - 2 elements)
     g.tpr = sub;
     g.rows = 256 / sub;
-    g.xe = sub >= 2 * (16 / es) - 2 ? 1 : 4;  // (the head and tail: up to 2 VEC - 2 elements)
-    if (g.xe * sub < 2 * (16 / es) - 2) return MisGeo{};  // (never for 2- and 4-byte types)
+    g.xe = sub >= nx ? 1 : 4 * sub >= nx ? 4 : 8;
+    if (g.xe * sub < nx) return MisGeo{};  // (never for 2- and 4-byte types)
   }
   if (ceil_div(M, (int64_t)g.rows) >= INT_MAX) return MisGeo{};
   return g;
@@ -941,7 +946,10 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
                                                         static_cast<const T*>(x.ptr), x.row_stride, M, (int)N);
           return launch_status();
         };
-        if (gm.xe > 1)
+        if constexpr (es == 2)  // (fp32 takes at most 4: mis_fwd_geo)
+          if (gm.xe == 8)
+            return mis_two() ? go(mis_fwd_kernel<T, LOG, 4, true, 8>) : go(mis_fwd_kernel<T, LOG, 4, false, 8>);
+        if (gm.xe == 4)
           return mis_two() ? go(mis_fwd_kernel<T, LOG, 4, true, 4>) : go(mis_fwd_kernel<T, LOG, 4, false, 4>);
         if (mis_two())
           return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, true, 1>) : go(mis_fwd_kernel<T, LOG, 8, true, 1>);
@@ -1005,7 +1013,9 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
                                                         static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
           return launch_status();
         };
-        return gm.xe > 1 ? go(mis_bwd_kernel<T, LOG, 4>) : go(mis_bwd_kernel<T, LOG, 1>);
+        if constexpr (es == 2)
+          if (gm.xe == 8) return go(mis_bwd_kernel<T, LOG, 8>);
+        return gm.xe == 4 ? go(mis_bwd_kernel<T, LOG, 4>) : go(mis_bwd_kernel<T, LOG, 1>);
       }
       if (phased && st_rows(M, N, es)) {
         st_bwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
