@@ -3,10 +3,37 @@
  * ws null, or [2][N] fp64 receiving this call's rows' dw and db contributions (added to what it holds). */
 #include "rows.h"
 
-/* Element k of a row: fp32, or (BF, a compile-time flag at every call) unit-stride bf16 read in place, widened as
- * loaded: the same values as an fp32 copy of the row, so the same results (NaNs' signs and payloads aside: the
- * compiler may order a NaN's operands otherwise), without the copy's passes. */
-#define LN_LD(p, k) (BF ? myops_bf16_to_f32(((const uint16_t*)(p))[k]) : ((const float*)(p))[k])
+/* fp16 to fp32 without branches, so that loops of it vectorize (GCC 12 converts _Float16 an element an instruction):
+ * the half's exponent and mantissa placed in an fp32's, scaled by 2^112 (the bias difference; a subnormal half, an
+ * fp32 denormal here, becomes the normal fp32 it is), inf and NaN given an all-ones exponent, the sign put back. Exact
+ * for every half (all 65536 checked against torch's conversion); a NaN keeps its payload unquieted. The multiply reads
+ * a denormal operand: where the FPU flushes those (DAZ, torch.set_flush_denormal), subnormal halves would read as 0,
+ * so fp16 rows take this only where ln_denormals_kept(). (A form without a denormal operand, the mantissa converted
+ * and scaled by 2^-24, measured 0.96-1.04x of the buffers, against this form's 0.77-0.82x.) */
+MYOPS_CPU_HOT float ln_f16_to_f32(uint16_t h) {
+  const uint32_t e = (uint32_t)(h & 0x7fffu) << 13;
+  float f;
+  memcpy(&f, &e, 4);
+  f *= 0x1p112f;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u |= e >= (0x7c00u << 13) ? 0x7f800000u : 0u;
+  u |= (uint32_t)(h & 0x8000u) << 16;
+  memcpy(&f, &u, 4);
+  return f;
+}
+/* Whether this thread's FPU keeps a denormal operand (no DAZ / flush-to-zero of inputs): ln_f16_to_f32's condition. */
+static inline int ln_denormals_kept(void) {
+  volatile float tiny = 0x1p-140f; /* (volatile: computed at run time, under the thread's current mode) */
+  return tiny * 0x1p112f != 0.f;
+}
+/* Element k of a row: fp32, or (BF, a compile-time flag at every call: 1 bf16, 2 fp16) unit-stride 16-bit read in
+ * place, widened as loaded: the same values as an fp32 copy of the row, so the same results (NaNs' signs and payloads
+ * aside: the compiler may order a NaN's operands otherwise), without the copy's passes. */
+#define LN_LD(p, k)                                                  \
+  (BF == 1   ? myops_bf16_to_f32(((const uint16_t*)(p))[k])          \
+   : BF == 2 ? ln_f16_to_f32(((const uint16_t*)(p))[k])              \
+             : ((const float*)(p))[k])
 
 /* A row's statistics from its fp32 values: corrected two-pass moments. A first estimate of the mean comes from the
  * deviations from the row's first element, then the deviations d from that estimate c, whose sum corrects it
@@ -198,8 +225,8 @@ MYOPS_CPU_HOT void ln_bwd_dx(const void* restrict xv, const void* restrict gv, c
     const float hv = ((LN_LD(xv, i) - hi) - lo) * rs;
     const float gw = W ? g * wf[i] : g;
     const float d = rs * ((gw - mg) - hv * mgx);
-    if (BF) ((uint16_t*)dv)[i] = myops_f32_to_bf16(d);
-    else ((float*)dv)[i] = d;
+    if (BF == 1) ((uint16_t*)dv)[i] = myops_f32_to_bf16(d);
+    else ((float*)dv)[i] = d;  /* (fp16 dx too: an fp32 row that F16C stores; rounded here, 1.04-1.18x slower) */
     if (WS) {
       dwf[i] += g * hv;
       dbf[i] += g;
@@ -264,19 +291,23 @@ MYOPS_CPU_VEC static int layer_norm_bwd_f32(myops_out_operand dx, double* ws, my
   free(buf);
   return MYOPS_OK;
 }
-/* layer_norm_bwd_f32's rows when x, dy and dx are unit-stride bf16: read and written in place (ln_bwd_sums' and
- * ln_bwd_dx's BF: widened as read, rounded as stored) while the saved mean serves; a row it does not serve goes through
- * fp32 buffers (ln_bwd_row_f32, from the row's own centre: NAN skips the saved mean's pass that has just failed, which
- * a review timed at 8% on rows whose mean is 1000 off). The same results either way (NaNs aside). Its own function, as
- * layer_norm_bf16's (in one function with layer_norm_bwd_f32's rows, fp32 ran 4-7% slower). One thread, with dw and db,
- * minimum of 100 calls alternating (benchmarks/cpu_ab.py), us: bf16 [1024, 4096] 2591-2967 -> 1453-1792, [4096, 1024]
- * 2109 -> 1219, [256, 16384] 1832 -> 1318. The op's backward without dw and db, 2 threads, [1024, 4096]: 1368 -> 1107
- * us (eager 1149-1186); with them 1836 -> 1384 (1892-1904). Converting a block of 1024 at a time into fp32 buffers that
- * stay in L1 (instead of whole rows) gained nothing (0.97x). fp16 keeps the buffers: GCC 12 converts fp16 one element
- * an instruction in a loop (myops_load_f16 converts 16 a vector by F16C intrinsics). */
-MYOPS_CPU_VEC static int layer_norm_bwd_bf16(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
-                                             const float* mean, const void* w, int64_t M, int64_t N, double eps) {
-  LN_BWD_SCRATCH(MYOPS_BF16); /* (as layer_norm_bwd_f32's) */
+/* layer_norm_bwd_f32's rows when x, dy and dx are unit-stride bf16 or fp16: read in place (ln_bwd_sums' and ln_bwd_dx's
+ * BF: widened as read), bf16 dx rounded as stored, fp16 dx through an fp32 row that F16C stores, while the saved mean
+ * serves; a row it does not serve goes through fp32 buffers (ln_bwd_row_f32, from the row's own centre: NAN skips the
+ * saved mean's pass that has just failed, which a review timed at 8% on rows whose mean is 1000 off). The same results
+ * either way (NaNs aside). Its own function, as layer_norm_bf16's (in one function with layer_norm_bwd_f32's rows, fp32
+ * ran 4-7% slower). One thread, with dw and db, minimum of 100 calls alternating (benchmarks/cpu_ab.py), us: bf16
+ * [1024, 4096] 2591-2967 -> 1453-1792, [4096, 1024] 2109 -> 1219, [256, 16384] 1832 -> 1318. The op's backward without
+ * dw and db, 2 threads, [1024, 4096]: 1368 -> 1107 us (eager 1149-1186); with them 1836 -> 1384 (1892-1904). Converting
+ * a block of 1024 at a time into fp32 buffers that stay in L1 (instead of whole rows) gained nothing (0.97x). fp16
+ * reads x and dy by ln_f16_to_f32 (GCC 12 converts _Float16 an element an instruction) where ln_denormals_kept():
+ * 0.76-0.92x the buffers' time at [1024, 4096] (2349-2757 -> 1987-2167 us), 0.82-0.96x at [256, 16384]; the op's
+ * backward without dw and db, 2 threads, [1024, 4096], 1438 -> 1368-1392 (eager 981-1059). */
+MYOPS_CPU_VEC static int layer_norm_bwd_half(myops_out_operand dx, double* ws, myops_operand dy, myops_operand x,
+                                             const float* mean, const void* w, int64_t M, int64_t N, double eps,
+                                             int dtype) {
+  LN_BWD_SCRATCH(dtype); /* (as layer_norm_bwd_f32's) */
+  const int f16 = dtype == MYOPS_F16;
   for (int64_t r = 0; r < M; ++r) {
     const int64_t k = r % MYOPS_LN_BWD_WS_ROWS;  /* (dw and db as layer_norm_bwd_f32's) */
     if (ws && k == 0)
@@ -288,7 +319,9 @@ MYOPS_CPU_VEC static int layer_norm_bwd_bf16(myops_out_operand dx, double* ws, m
     double s[4] = {0, 0, 0, 0};
     LnMoments m = {0, 0, 0};
     if (isfinite(c)) {
-      if (w) ln_bwd_sums(xp, gp, wf, N, c, 1, 1, s);
+      if (f16 && w) ln_bwd_sums(xp, gp, wf, N, c, 1, 2, s);
+      else if (f16) ln_bwd_sums(xp, gp, wf, N, c, 0, 2, s);
+      else if (w) ln_bwd_sums(xp, gp, wf, N, c, 1, 1, s);
       else ln_bwd_sums(xp, gp, wf, N, c, 0, 1, s);
       m = ln_moments(s[0], s[1], N, c);
     }
@@ -296,12 +329,17 @@ MYOPS_CPU_VEC static int layer_norm_bwd_bf16(myops_out_operand dx, double* ws, m
       const LnStats st = ln_finish(m, eps);
       const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
       const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
-      LN_BWD_CASES(ln_bwd_dx, xp, gp, wf, dp, dwf, dbf, N, hi, lo, rs, mg, mgx, 1);
+      if (f16) {
+        LN_BWD_CASES(ln_bwd_dx, xp, gp, wf, h, dwf, dbf, N, hi, lo, rs, mg, mgx, 2);
+        myops_store_f32(dtype, dp, 1, N, h);
+      } else {
+        LN_BWD_CASES(ln_bwd_dx, xp, gp, wf, dp, dwf, dbf, N, hi, lo, rs, mg, mgx, 1);
+      }
     } else {
-      myops_load_f32(MYOPS_BF16, xp, 1, N, xb);
-      myops_load_f32(MYOPS_BF16, gp, 1, N, gb);
+      myops_load_f32(dtype, xp, 1, N, xb);
+      myops_load_f32(dtype, gp, 1, N, gb);
       ln_bwd_row_f32(xb, gb, h, wf, dwf, dbf, w, ws, N, NAN, eps);
-      myops_store_f32(MYOPS_BF16, dp, 1, N, h);
+      myops_store_f32(dtype, dp, 1, N, h);
     }
     if (ws && (k == MYOPS_LN_BWD_WS_ROWS - 1 || r == M - 1))
       for (int64_t i = 0; i < 2 * N; ++i) ws[i] += (double)dwf[i];
@@ -322,9 +360,9 @@ MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws
                                                 int64_t N, double eps, int dtype) {
   const int64_t es = myops_dtype_size(dtype);
   if (es == 0) return MYOPS_EDTYPE;
-  if (dtype == MYOPS_BF16 && N >= MYOPS_LN_BWD_F32_MIN_N && x.col_stride == 1 && dy.col_stride == 1 &&
-      dx.col_stride == 1)
-    return layer_norm_bwd_bf16(dx, ws, dy, x, (const float*)mean, w, M, N, eps);
+  if ((dtype == MYOPS_BF16 || (dtype == MYOPS_F16 && ln_denormals_kept())) && N >= MYOPS_LN_BWD_F32_MIN_N &&
+      x.col_stride == 1 && dy.col_stride == 1 && dx.col_stride == 1)
+    return layer_norm_bwd_half(dx, ws, dy, x, (const float*)mean, w, M, N, eps, dtype);
   if (dtype != MYOPS_F64 && N >= MYOPS_LN_BWD_F32_MIN_N)
     return layer_norm_bwd_f32(dx, ws, dy, x, (const float*)mean, w, M, N, eps, dtype, es);
   const int64_t n1 = N > 0 ? N : 1;
