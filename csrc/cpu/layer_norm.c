@@ -56,11 +56,6 @@ MYOPS_CPU_HOT LnMoments ln_moments(double s1, double s2, int64_t N, float c) {
   m.var = (s2 - s1 * s1 / (double)N) / (double)N;
   return m;
 }
-MYOPS_CPU_HOT LnMoments ln_moments_f32(const float* xv, int64_t N, float c) {
-  double s1, s2;
-  myops_dev_moments_f(xv, N, c, &s1, &s2);
-  return ln_moments(s1, s2, N, c);
-}
 MYOPS_CPU_HOT LnStats ln_finish(LnMoments m, double eps) {
   LnStats st;
   st.mud = m.mud;
@@ -69,25 +64,39 @@ MYOPS_CPU_HOT LnStats ln_finish(LnMoments m, double eps) {
   st.rsd = 1.0 / sqrt((m.var < 0 ? 0 : m.var) + eps);
   return st;
 }
+/* The sums below are of deviations x - c, c near the row's values (its first element, then its estimated mean): each
+ * fp32 term is small and x - c exact (Sterbenz), so that the blocks' fp32 rounding (MYOPS_SUMSF_BLOCKED) is relative
+ * to the deviations, not to the row's offset from 0 (an fp32 sum of the values themselves lost the mean's accuracy
+ * for rows far from 0). x as LN_LD reads it. */
 /* A first estimate of a row's mean, from the deviations from its first element (one pass). */
-MYOPS_CPU_HOT float ln_center_f32(const float* xv, int64_t N) {
-  const float k = N > 0 ? xv[0] : 0.f;
-  return (float)((double)k + myops_sum_devf_blocked(xv, N, k) / (double)N);
-}
-MYOPS_CPU_HOT LnStats ln_stats_f32(const float* xv, int64_t N, double eps) {
-  return ln_finish(ln_moments_f32(xv, N, ln_center_f32(xv, N)), eps);
-}
-/* ln_stats_f32 over x (LN_LD: fp32, or bf16 in place), the same sums in the same order. */
-MYOPS_CPU_HOT LnStats ln_stats_row(const void* x, int64_t N, double eps, int BF) {
-  const float k0 = N > 0 ? LN_LD(x, 0) : 0.f;  /* (k: the sums' element index) */
-  double myops_sum_result_, s[2];
+MYOPS_CPU_HOT float ln_center(const void* x, int64_t N, int BF) {
+  const float k0 = N > 0 ? LN_LD(x, 0) : 0.f; /* (k: the sums' element index) */
+  double myops_sum_result_;
   MYOPS_SUMF_BLOCKED(N, LN_LD(x, k) - k0);
-  const float c = (float)((double)k0 + myops_sum_result_ / (double)N);
+  return (float)((double)k0 + myops_sum_result_ / (double)N);
+}
+/* The row's moments about c: sum(x - c) and sum((x - c)^2) in one pass, each in its own blocks. (One helper for both
+ * passes, the squares skipped by a flag, made the bf16 forward about 2x slower on the 2-core Zen 4 VM, [4096, 4096]:
+ * 6.5-7.0 -> 12.6-13.9 ms; hence ln_center's loop of its own.) */
+MYOPS_CPU_HOT LnMoments ln_moments_row(const void* x, int64_t N, float c, int BF) {
+  double s[2];
 #define LN_DEV (LN_LD(x, k) - c)
   MYOPS_SUMSF_BLOCKED(N, 2, (MYOPS_SUMF_TERM(0, LN_DEV), MYOPS_SUMF_TERM(1, LN_DEV * LN_DEV)), s);
 #undef LN_DEV
-  return ln_finish(ln_moments(s[0], s[1], N, c), eps);
+  return ln_moments(s[0], s[1], N, c);
 }
+MYOPS_CPU_HOT LnStats ln_stats_row(const void* x, int64_t N, double eps, int BF) {
+  return ln_finish(ln_moments_row(x, N, ln_center(x, N, BF), BF), eps);
+}
+/* y[i] = f(xhat) with xhat = (x - hi) - lo (LN_LD's x, BF in scope), STORE(i, value) writing it, for each case of w
+ * and b present, each its own loop (one loop testing w and b per element ran slower: see softmax.h's exps). */
+#define LN_FWD_ROWS(STORE)                                                                                  \
+  do {                                                                                                      \
+    if (w && b) for (int64_t i = 0; i < N; ++i) STORE(i, ((LN_LD(xv, i) - hi) - lo) * rs * wf[i] + bf[i]); \
+    else if (w) for (int64_t i = 0; i < N; ++i) STORE(i, ((LN_LD(xv, i) - hi) - lo) * rs * wf[i]);         \
+    else if (b) for (int64_t i = 0; i < N; ++i) STORE(i, ((LN_LD(xv, i) - hi) - lo) * rs + bf[i]);         \
+    else for (int64_t i = 0; i < N; ++i) STORE(i, ((LN_LD(xv, i) - hi) - lo) * rs);                        \
+  } while (0)
 /* Rows stored in fp32 or narrower: elementwise in fp32 (sixteen lanes a vector; the fp64 form took 1.5-1.6x eager's
  * time), the row's sums in fp32 blocks added in fp64 (rows.h). */
 MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* rstd, myops_operand x, const void* w,
@@ -98,17 +107,17 @@ MYOPS_CPU_VEC static int layer_norm_f32(myops_out_operand y, void* mean, void* r
   float *wf = v + n1, *bf = v + 2 * n1;  /* weight, bias as fp32 */
   if (w) myops_load_f32(dtype, w, 1, N, wf);
   if (b) myops_load_f32(dtype, b, 1, N, bf);
+  const int BF = 0; /* (LN_LD's: fp32 rows) */
   for (int64_t r = 0; r < M; ++r) {
     const float* xv = myops_row_f32(&x, r, N, dtype, es, v);
     float* yv = myops_out_row_f32(&y, r, dtype, es, v);
-    const LnStats st = ln_stats_f32(xv, N, eps);
+    const LnStats st = ln_stats_row(xv, N, eps, BF);
     const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
     myops_st_stat(dtype, mean, r, st.mud);
     myops_st_stat(dtype, rstd, r, st.rsd);
-    if (w && b) for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs * wf[i] + bf[i];
-    else if (w) for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs * wf[i];
-    else if (b) for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs + bf[i];
-    else for (int64_t i = 0; i < N; ++i) yv[i] = ((xv[i] - hi) - lo) * rs;
+#define LN_ST(i, v_) (yv[i] = (v_))
+    LN_FWD_ROWS(LN_ST);
+#undef LN_ST
     myops_put_row_f32(&y, r, N, dtype, es, yv, v);
   }
   free(v);
@@ -132,17 +141,13 @@ MYOPS_CPU_VEC static int layer_norm_bf16(myops_out_operand y, void* mean, void* 
   for (int64_t r = 0; r < M; ++r) {
     const uint16_t* xv = (const uint16_t*)myops_row(&x, r, 2);
     uint16_t* yv = (uint16_t*)myops_out_row(&y, r, 2);
-    const LnStats st = ln_stats_row(xv, N, eps, 1);
+    const LnStats st = ln_stats_row(xv, N, eps, BF);
     const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
     myops_st_stat(MYOPS_BF16, mean, r, st.mud);
     myops_st_stat(MYOPS_BF16, rstd, r, st.rsd);
-    /* each case its own loop, as layer_norm_f32's */
-#define LN_H ((LN_LD(xv, i) - hi) - lo)
-    if (w && b) for (int64_t i = 0; i < N; ++i) yv[i] = myops_f32_to_bf16(LN_H * rs * wf[i] + bf[i]);
-    else if (w) for (int64_t i = 0; i < N; ++i) yv[i] = myops_f32_to_bf16(LN_H * rs * wf[i]);
-    else if (b) for (int64_t i = 0; i < N; ++i) yv[i] = myops_f32_to_bf16(LN_H * rs + bf[i]);
-    else for (int64_t i = 0; i < N; ++i) yv[i] = myops_f32_to_bf16(LN_H * rs);
-#undef LN_H
+#define LN_ST(i, v_) (yv[i] = myops_f32_to_bf16(v_))
+    LN_FWD_ROWS(LN_ST);
+#undef LN_ST
   }
   free(wf);
   return MYOPS_OK;
@@ -195,9 +200,9 @@ MYOPS_CPU_VEC int myops_layer_norm_cpu(myops_out_operand y, void* mean, void* rs
 #ifndef MYOPS_LN_BWD_WS_ROWS
 #define MYOPS_LN_BWD_WS_ROWS 32
 #endif
-/* The two-pass backward of a row, about c: its saved mean where that is near its mean (else ln_center_f32's estimate,
+/* The two-pass backward of a row, about c: its saved mean where that is near its mean (else ln_center's estimate,
  * a pass more). Pass 1 (ln_bwd_sums) sums, about c, in fp32 blocks added in fp64 (MYOPS_SUMSF_BLOCKED):
- * s[0] = sum(x - c), s[1] = sum((x - c)^2) (the moments of ln_moments_f32 bit for bit), s[2] = sum(gw) and
+ * s[0] = sum(x - c), s[1] = sum((x - c)^2) (the moments of ln_moments_row bit for bit), s[2] = sum(gw) and
  * s[3] = sum(gw (x - c)), gw = g * w (W) or g. Then sum(gw * xhat) = rs (s[3] - d s[2]), d = mean - c: no
  * cancellation, d being within a standard deviation (in practice within half an ulp of the mean). Pass 2
  * (ln_bwd_dx) forms xhat, dx and (WS) this block's dw and db terms; BF: x, dy and dx as LN_LD reads them.
@@ -243,13 +248,13 @@ MYOPS_CPU_HOT void ln_bwd_dx(const void* restrict xv, const void* restrict gv, c
   } while (0)
 /* Row r's dx into dv from its fp32 rows xv and gv (dw and db terms into dwf, dbf where ws). The sums about the saved
  * mean c0; where that mean is not within a standard deviation of the row's (it did not come from this row's forward)
- * or not finite, about the row's own first estimate instead (ln_stats_f32's centre: one pass more). */
+ * or not finite, about the row's own first estimate instead (ln_center: one pass more). */
 MYOPS_CPU_HOT void ln_bwd_row_f32(const float* xv, const float* gv, float* dv, const float* wf, float* dwf, float* dbf,
                                   const void* w, const double* ws, int64_t N, float c0, double eps) {
   double s[4] = {0, 0, 0, 0};
   LnMoments m = {0, 0, 0};
   for (int pass = 0; pass < 2; ++pass) {
-    const float c = pass == 0 ? c0 : ln_center_f32(xv, N);
+    const float c = pass == 0 ? c0 : ln_center(xv, N, 0);
     if (pass == 0 && !isfinite(c)) continue;
     if (w) ln_bwd_sums(xv, gv, wf, N, c, 1, 0, s);
     else ln_bwd_sums(xv, gv, wf, N, c, 0, 0, s);
@@ -388,4 +393,5 @@ MYOPS_CPU_VEC int myops_layer_norm_backward_cpu(myops_out_operand dx, double* ws
   free(g);
   return MYOPS_OK;
 }
+#undef LN_FWD_ROWS
 #undef LN_LD

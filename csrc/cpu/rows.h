@@ -179,25 +179,6 @@ MYOPS_CPU_HOT double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
   } while (0)
 #define MYOPS_SUMF_BLOCKED(n, term) MYOPS_SUMSF_BLOCKED(n, 1, MYOPS_SUMF_TERM(0, term), &myops_sum_result_)
 
-/* sum of (v - c) and of (v - c)^2: with c near the row's values (its first element for the first, its mean for
- * the second) each fp32 term is small and x - c exact (Sterbenz), so that the blocks' fp32 rounding is relative to
- * the deviations, not to the row's offset from 0 (an fp32 sum of the values themselves lost the mean's accuracy for
- * rows far from 0). */
-MYOPS_CPU_HOT double myops_sum_devf_blocked(const float* v, int64_t n, float c) {
-  double myops_sum_result_;
-  MYOPS_SUMF_BLOCKED(n, v[k] - c);
-  return myops_sum_result_;
-}
-/* Both sums of the deviations d = v - c in one pass, blocked as MYOPS_SUMF_BLOCKED: *s1 = sum(d), *s2 = sum(d^2).
- * (One helper for both passes, the squares skipped by a null s2, made layer_norm's bf16 forward about 2x slower on
- * the 2-core Zen 4 VM, [4096, 4096]: 6.5-7.0 -> 12.6-13.9 ms, fp32 unchanged; hence two loops.) */
-MYOPS_CPU_HOT void myops_dev_moments_f(const float* v, int64_t n, float c, double* s1, double* s2) {
-  double s[2];
-  MYOPS_SUMSF_BLOCKED(n, 2, (MYOPS_SUMF_TERM(0, v[k] - c), MYOPS_SUMF_TERM(1, (v[k] - c) * (v[k] - c))), s);
-  *s1 = s[0];
-  *s2 = s[1];
-}
-
 /* max over v[0, n), NaN skipped (-inf for n = 0 or all NaN). The order does not matter for a maximum; the pragma
  * says so (-fopenmp-simd), where GCC would otherwise keep `v > m ? v : m` scalar for NaN's sake. */
 MYOPS_CPU_HOT double myops_max(const double* v, int64_t n) {

@@ -529,7 +529,7 @@ __global__ void __launch_bounds__(XE > 4 ? 256 : NS > 4 ? kMisThreads8 : kMisThr
   __shared__ Red red[TWO ? 2 : 1][32];  // (one row a CTA over 32 threads: TWO's two reductions, a slot set each)
   const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
   mis_fwd_row<T, LOG, NS, TWO, XE>(y, ys, x, xs, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
-                               [&](auto v, auto op, auto, int k) { return mis_reduce(v, op, red[k]); });
+                                   [&](auto v, auto op, auto, int k) { return mis_reduce(v, op, red[k]); });
 }
 // Rows past mis_fwd_geo (16-bit N over 57344, fp32 over 28672): a row over a cluster of up to 8 CTAs of up to
 // kMisClThreads (mis_cl_geo), thread t of the row cluster rank * blockDim.x + threadIdx.x, 4 vectors a thread, the
@@ -552,7 +552,7 @@ __global__ void __launch_bounds__(kMisClThreads) mis_fwd_cl_kernel(T* __restrict
                                                                    int64_t M, int N, int tpr) {
   mis_cl_rows(M, tpr, [&](int64_t r, int t, rr::RowReduce& red) {
     mis_fwd_row<T, LOG, 4, TWO, 1>(y, ys, x, xs, r, true, N, t, tpr,
-                                [&](auto v, auto op, auto identity, int) { return red(v, op, identity); });
+                                   [&](auto v, auto op, auto identity, int) { return red(v, op, identity); });
   });
 }
 // The backward of such rows (dy, y and dx of the same phase), as bwd_kernel: NS = 4 vectors of dy and of y a thread
@@ -610,14 +610,15 @@ __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,    
   mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int c) { dr[c - h] = from_acc<T>(out(ge[i], ve[i])); });
 }
 template <class T, bool LOG, int XE>
-__global__ void __launch_bounds__(XE > 4 ? 256 : kMisThreads) mis_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
-                                                              const T* __restrict__ dy, int64_t dys,  // [M, N]
-                                                              const T* __restrict__ y, int64_t ys,    // [M, N]
-                                                              int64_t M, int N) {
+__global__ void __launch_bounds__(XE > 4 ? 256 : kMisThreads)
+    mis_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
+                   const T* __restrict__ dy, int64_t dys,  // [M, N]
+                   const T* __restrict__ y, int64_t ys,    // [M, N]
+                   int64_t M, int N) {
   __shared__ acc_t<T> red[32];
   const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
   mis_bwd_row<T, LOG, XE>(dx, dxs, dy, dys, y, ys, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
-                      [&](acc_t<T> v) { return mis_reduce(v, rr::Sum{}, red); });
+                          [&](acc_t<T> v) { return mis_reduce(v, rr::Sum{}, red); });
 }
 // Rows past mis_bwd_geo (16-bit N over 32768, fp32 over 16384) over a cluster, as mis_fwd_cl_kernel
 // (MYOPS_SOFTMAX_MIS=2).
@@ -677,12 +678,12 @@ __global__ void __launch_bounds__(kStThreads) st_fwd_kernel(T* __restrict__ y, i
                     word_vec<T>(q, a);
                     online_update<T, VEC>(m, s, a, VEC);
                   });
-  const int xi = t < h ? t : nv * VEC + t;  // this thread's extra column: the head's t, or the tail's t - h
-  const A xe = t < nx ? to_acc(xr[xi]) : A(0);
-  if (t < nx) {
-    const A a[1] = {xe};
+  A xe[1];  // this thread's extra column (mis_extras: blockDim.x >= 512 threads take a row's under 2 VEC)
+  mis_extras<1>(t, (int)blockDim.x, h, nv * VEC, nx, [&](int i, int c) {
+    xe[i] = to_acc(xr[c]);
+    const A a[1] = {xe[i]};
     online_update<T, 1>(m, s, a, 1);
-  }
+  });
   const Pair<A> ms = mis_reduce(Pair<A>{m, s}, OnlineSoftmaxOp<T>{}, red);
   const A mx = ms.a, sum = ms.b, logs = log_of<T>(sum), inv = A(1) / sum;
   const auto out = [&](A a) -> A { return mis_out<T, LOG>(a, mx, mx, sum, logs, inv); };
@@ -695,7 +696,7 @@ __global__ void __launch_bounds__(kStThreads) st_fwd_kernel(T* __restrict__ y, i
                     for (int e = 0; e < VEC; ++e) a[e] = out(a[e]);
                     rr::store(yr, i * VEC, a);
                   });
-  if (t < nx) yr[xi - h] = from_acc<T>(out(xe));
+  mis_extras<1>(t, (int)blockDim.x, h, nv * VEC, nx, [&](int i, int c) { yr[c - h] = from_acc<T>(out(xe[i])); });
 }
 struct StPair {
   uint4 g, v;  // dy's and y's vector
@@ -738,9 +739,12 @@ __global__ void __launch_bounds__(kStThreads) st_bwd_kernel(T* __restrict__ dx, 
                        for (int e = 0; e < VEC; ++e) acc += a[e] * b[e];
                      });
   }
-  const int xi = t < h ? t : nv * VEC + t;
-  const A ge = t < nx ? to_acc(gr[xi]) : A(0), ve = t < nx ? to_acc(vr[xi]) : A(0);
-  if (t < nx) acc += LOG ? ge : ge * ve;
+  A ge[1], ve[1];  // dy's and y's extra column (as st_fwd_kernel's)
+  mis_extras<1>(t, (int)blockDim.x, h, nv * VEC, nx, [&](int i, int c) {
+    ge[i] = to_acc(gr[c]);
+    ve[i] = to_acc(vr[c]);
+    acc += LOG ? ge[i] : ge[i] * ve[i];
+  });
   const A k = mis_reduce(acc, rr::Sum{}, red);
   const auto out = [&](A a, A b) -> A { return bwd_elem<T, LOG>(a, b, k); };
   T* dr = dx + r * dxs + h;  // [nv VEC] (the same h)
@@ -757,7 +761,7 @@ __global__ void __launch_bounds__(kStThreads) st_bwd_kernel(T* __restrict__ dx, 
                      for (int e = 0; e < VEC; ++e) a[e] = out(a[e], b[e]);
                      rr::store(dr, i * VEC, a);
                    });
-  if (t < nx) dr[xi - h] = from_acc<T>(out(ge, ve));
+  mis_extras<1>(t, (int)blockDim.x, h, nv * VEC, nx, [&](int i, int c) { dr[c - h] = from_acc<T>(out(ge[i], ve[i])); });
 }
 // MYOPS_SOFTMAX_MIS: misaligned rows' forward and backward on mis_fwd_kernel and mis_bwd_kernel where their
 // geometries hold the row (operands laid out as fresh tensors': mis_rows), and longer rows: 4 (default) on
@@ -838,10 +842,11 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
   if (!g.ns || N >= INT_MAX) return MisGeo{};
   g.tpr = (int)ceil_div(ceil_div(nv, (int64_t)g.ns), (int64_t)32) * 32;
   g.rows = g.tpr == 32 ? kMisRows : 1;
-  // Short rows on part of a warp (mis_subwarp), where sub lanes hold its vectors at 4 a lane (16-bit rows of up to
-  // 512 elements, fp32 256), rows of 256-thread CTAs; a row's head and tail (up to 2 VEC - 2 elements) take up to xe
-  // elements a lane (sub under 2 VEC - 2: 4, or 8 where 4 do not cover them). A warp a row runs one to four of its lanes' loads at bf16 N = 127: 2048
-  // threads an SM keep 64 rows of 254 bytes in flight, 16 KB; 4 lanes a row, 512 rows, 128 KB.
+  // Short rows on part of a warp (mis_subwarp), where sub lanes hold its vectors at 4 a lane (16-bit rows of up to 512
+  // elements, fp32 256), rows of 256-thread CTAs; a row's head and tail (up to 2 VEC - 2 elements) take up to xe
+  // elements a lane (sub under 2 VEC - 2: 4, or 8 where 4 do not cover them). A warp a row runs one to four of its
+  // lanes' loads at bf16 N = 127: 2048 threads an SM keep 64 rows of 254 bytes in flight, 16 KB; 4 lanes a row, 512
+  // rows, 128 KB.
   int sub = es == 4 ? 8 : 16;
   if (mis_subwarp() >= 2)
     for (sub = mis_subwarp() == 3 ? 2 : 4; sub < 16 && ceil_div(nv, (int64_t)4) > sub;) sub *= 2;
@@ -946,14 +951,17 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
                                                         static_cast<const T*>(x.ptr), x.row_stride, M, (int)N);
           return launch_status();
         };
-        if constexpr (es == 2)  // (fp32 takes at most 4: mis_fwd_geo)
-          if (gm.xe == 8)
-            return mis_two() ? go(mis_fwd_kernel<T, LOG, 4, true, 8>) : go(mis_fwd_kernel<T, LOG, 4, false, 8>);
-        if (gm.xe == 4)
-          return mis_two() ? go(mis_fwd_kernel<T, LOG, 4, true, 4>) : go(mis_fwd_kernel<T, LOG, 4, false, 4>);
-        if (mis_two())
-          return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, true, 1>) : go(mis_fwd_kernel<T, LOG, 8, true, 1>);
-        return gm.ns == 4 ? go(mis_fwd_kernel<T, LOG, 4, false, 1>) : go(mis_fwd_kernel<T, LOG, 8, false, 1>);
+        // the kernel of NS vectors and XE extra elements a thread, its statistics as mis_two says
+        const auto two = [&](auto ns, auto xe) {
+          constexpr int NS = decltype(ns)::value, XE = decltype(xe)::value;
+          return mis_two() ? go(mis_fwd_kernel<T, LOG, NS, true, XE>) : go(mis_fwd_kernel<T, LOG, NS, false, XE>);
+        };
+        using I1 = std::integral_constant<int, 1>;
+        using I4 = std::integral_constant<int, 4>;
+        if constexpr (es == 2)  // (fp32 takes at most 4: mis_fwd_geo; XE over 1 only at 4 vectors)
+          if (gm.xe == 8) return two(I4{}, std::integral_constant<int, 8>{});
+        if (gm.xe == 4) return two(I4{}, I4{});
+        return gm.ns == 4 ? two(I4{}, I1{}) : two(std::integral_constant<int, 8>{}, I1{});
       }
       if (phased && st_rows(M, N, es)) {
         st_fwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
