@@ -7,8 +7,9 @@
 # "_online" runs the forward's statistics as the online pair (MYOPS_SOFTMAX_MIS_2P=0), "_512" / "_1024" the streaming
 # kernels on CTAs of that many threads for every dtype (MYOPS_SOFTMAX_ST_THREADS; default 512 for fp32, 1024 for
 # 16-bit), "_warprow" short rows on a warp each, not the fewest lanes of 4-16 (MYOPS_SOFTMAX_MIS_SUBWARP=0), "_sub16" on
-# 16 lanes (16-bit) or 8 (fp32) (=1), "_sub3" on the fewest lanes from 2 (=3). Forward and forward+backward, bf16 and
-# fp32, myops alone, then the default and mode 2 against eager and torch.compile at [4096, 50257] and [65536, 1001].
+# 16 lanes (16-bit) or 8 (fp32) (=1), "_ns4" / "_ns2" / "_ns1" at 4 / 2 / 1 vectors a lane in both passes
+# (MYOPS_SOFTMAX_MIS_SUBNS). Forward and forward+backward, bf16 and fp32, myops alone, then the default and mode 2
+# against eager and torch.compile at [4096, 50257] and [65536, 1001].
 # Usage (device tool, from the checkout): bash benchmarks/softmax_mis.sh 2>&1 | tee $OUT/mis.log (the reply keeps only
 # the output's last 12000 characters); SHAPES replaces the list of shapes, MODES the modes (e.g. MODES="2 4 4_512");
 # TESTS=0 skips the tests, COMPARE=0 the comparison with eager and torch.compile. All of it takes over 10 minutes: split
@@ -34,7 +35,9 @@ for s in ${SHAPES-4096,50257 65536,1001 262144,127 16384,4095 2048,32769}; do
     [[ $m == *_1024* ]] && env+=(MYOPS_SOFTMAX_ST_THREADS=1024)
     [[ $m == *_warprow* ]] && env+=(MYOPS_SOFTMAX_MIS_SUBWARP=0)
     [[ $m == *_sub16* ]] && env+=(MYOPS_SOFTMAX_MIS_SUBWARP=1)
-    [[ $m == *_sub3* ]] && env+=(MYOPS_SOFTMAX_MIS_SUBWARP=3)
+    [[ $m == *_ns4* ]] && env+=(MYOPS_SOFTMAX_MIS_SUBNS=4)
+    [[ $m == *_ns2* ]] && env+=(MYOPS_SOFTMAX_MIS_SUBNS=2)
+    [[ $m == *_ns1* ]] && env+=(MYOPS_SOFTMAX_MIS_SUBNS=1)
     run "mis$m" "$s" myops "${env[@]}"
   done
 done

@@ -76,7 +76,7 @@ def test_staged_rows(sm):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("mis", ["4", "0", "1", "2", "3", "5", "1,online", "2,online", "4,1024", "4,512",
-                                 "4,warprow", "4,sub16", "4,sub3"])
+                                 "4,warprow", "4,sub16", "4,ns4", "4,ns2", "4,ns1"])
 def test_misaligned_rows(sm, mis):
     """Rows off 16-byte boundaries or not whole 16-byte vectors (odd N: every row at another offset) on the kernels for
     them (MYOPS_SOFTMAX_MIS, read once: a subprocess), mis_fwd_kernel and mis_bwd_kernel, and for longer rows: 4 (the
@@ -90,8 +90,11 @@ def test_misaligned_rows(sm, mis):
     statistics in the online pair, not two exact passes; short rows on the fewest lanes of 4 to 16, several rows a warp
     (4 lanes at 7, 13, 31, 63 and 16-bit 100 and 127, a lane taking up to 4 of the head's and tail's elements; 8 at
     16-bit 200, 4 elements a lane too; 16 at 16-bit 300 and fp32 200), ",sub16": 16 lanes a 16-bit row (up to 512
-    elements), 8 an fp32 one (up to 128) (MYOPS_SOFTMAX_MIS_SUBWARP=1), ",sub3": the fewest lanes from 2 (=3: 2 at 7,
-    13, 31 and 16-bit 63, a 16-bit row's lane taking up to 8 head and tail elements), ",warprow": a warp a row (=0). N
+    elements), 8 an fp32 one (up to 128) (MYOPS_SOFTMAX_MIS_SUBWARP=1), ",ns4" / ",ns2" / ",ns1": the fewest lanes
+    holding the row at 4 / 2 / 1 vectors a lane in both passes (MYOPS_SOFTMAX_MIS_SUBNS; by default 1 in the backward,
+    2 in softmax's forward, 4 in log_softmax's; 1: 4 lanes at 7, 13 and 16-bit 31, 8 at fp32 31 and 16-bit 63, 16 at
+    fp32 63 and 16-bit 100 and 127; softmax's output at 1 and 2 from the exps its sum took), ",warprow": a warp a row
+    (=0). N
     under a vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a
     CTA at 4 vectors a thread (fp32 1001 and 8195, 16-bit 32767 near 1024 threads) and, forward, at 8 (16-bit 50257, and
     57343 near their limit), -inf entries, a row of -inf (NaN, as eager) and a NaN (every shape of 4 rows or more);
@@ -120,7 +123,8 @@ def test_misaligned_rows(sm, mis):
     """
     env = {"MYOPS_SOFTMAX_MIS": mis[0], "MYOPS_SOFTMAX_MIS_2P": "0" if "online" in mis else "1",
            "MYOPS_SOFTMAX_ST_THREADS": next((p for p in mis.split(",")[1:] if p.isdigit()), "0"),
-           "MYOPS_SOFTMAX_MIS_SUBWARP": {"warprow": "0", "sub16": "1", "sub3": "3"}.get(mis.split(",")[-1], "2")}
+           "MYOPS_SOFTMAX_MIS_SUBWARP": {"warprow": "0", "sub16": "1"}.get(mis.split(",")[-1], "2"),
+           "MYOPS_SOFTMAX_MIS_SUBNS": {"ns4": "4", "ns2": "2", "ns1": "1"}.get(mis.split(",")[-1], "0")}
     for (x, g), (y, dx, y_eager, dx_eager) in zip(cases, run_in_process(code, cases, env)):
         x64 = x.double().requires_grad_()
         y64 = sm.torch_fn(x64, -1)

@@ -453,6 +453,9 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
                                             int64_t r, bool live, int N, int t, int tpr, Reduce&& reduce) {
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
+  // softmax's two passes keep the sum's exps for the output at up to 2 vectors a thread (the short rows' lanes of
+  // mis_subns; at 4, fp32's kernels took 43-60 registers to 50-71)
+  constexpr bool KEEP = TWO && !LOG && NS <= 2;
   const T* xr = x + (live ? r : 0) * xs;
   const int h = live ? head_elems(xr, N) : 0;
   const int nv = live ? (N - h) / VEC : 0, nx = live ? N - nv * VEC : 0;  // (nx: head and tail, under 2 VEC)
@@ -474,6 +477,7 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
       }
   };
   A mx, sum;  // the row's max and its sum of exp(x - max) (TWO: exp(x - exp_shift(max)))
+  A ex[KEEP ? NS : 1][VEC];  // (KEEP: the sum's exps of this thread's vectors; its extras' replace xe's elements)
   if constexpr (TWO) {
     A m = neg_inf<A>(), s = A(0);  // (NaN: skipped by the max, then the sum's exp makes it NaN)
     each([&](int, A(&a)[VEC]) {
@@ -483,11 +487,19 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
     mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int) { m = xe[i] > m ? xe[i] : m; });
     mx = reduce(m, rr::Max{}, neg_inf<A>(), 0);
     const A ms = rr::exp_shift(mx);  // (a row of -inf: 0, so its exps are 0 and its outputs NaN, as eager's)
-    each([&](int, A(&a)[VEC]) {
+    each([&](int k, A(&a)[VEC]) {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) s += exp_of<T>(a[e] - ms);
+      for (int e = 0; e < VEC; ++e) {
+        const A q = exp_of<T>(a[e] - ms);
+        s += q;
+        if constexpr (KEEP) ex[k][e] = q;
+      }
     });
-    mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int) { s += exp_of<T>(xe[i] - ms); });
+    mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int) {
+      const A q = exp_of<T>(xe[i] - ms);
+      s += q;
+      if constexpr (KEEP) xe[i] = q;
+    });
     sum = reduce(s, rr::Sum{}, A(0), 1);
   } else {
     A m = neg_inf<A>(), s = A(0);
@@ -508,19 +520,31 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
   if (!live) return;
   const A xs0 = TWO ? rr::exp_shift(mx) : mx;  // what the exps were taken against
   const A logs = log_of<T>(sum), inv = A(1) / sum;
-  const auto out = [&](A a) -> A { return mis_out<T, LOG>(a, mx, xs0, sum, logs, inv); };
+  // (KEEP: a is the element's exp, exp_of(x - xs0) as mis_out's, divided as write_row's)
+  const auto out = [&](A a) -> A {
+    if constexpr (!KEEP) return mis_out<T, LOG>(a, mx, xs0, sum, logs, inv);
+    else if constexpr (sizeof(T) == 2) return a * inv;
+    else return div_rn(a, sum, inv);
+  };
   T* yr = y + r * ys + h;  // [nv VEC] (y's row as far from a boundary as x's: the same h)
-  each([&](int k, A(&a)[VEC]) {
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) a[e] = out(a[e]);
-    rr::store(yr, (t + k * tpr) * VEC, a);
-  });
+  for (int k = 0; k < NS; ++k)
+    if (t + k * tpr < nv) {
+      A a[VEC];
+      if constexpr (KEEP) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) a[e] = ex[k][e];
+      } else {
+        word_vec<T>(v[k], a);
+      }
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) a[e] = out(a[e]);
+      rr::store(yr, (t + k * tpr) * VEC, a);
+    }
   mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int c) { yr[c - h] = from_acc<T>(out(xe[i])); });
 }
-// (XE 8: only 2-lane rows of 256-thread CTAs, MYOPS_SOFTMAX_MIS_SUBWARP=3; bounded to 256 threads, its backward's
-// registers spilled 44-64 bytes under 1024's 64.)
 template <class T, bool LOG, int NS, bool TWO, int XE>
-__global__ void __launch_bounds__(XE > 4 ? 256 : NS > 4 ? kMisThreads8 : kMisThreads)
+__global__ void __launch_bounds__(NS > 4 ? kMisThreads8 : kMisThreads)
     mis_fwd_kernel(T* __restrict__ y, int64_t ys,        // [M, N]
                    const T* __restrict__ x, int64_t xs,  // [M, N]
                    int64_t M, int N) {
@@ -556,15 +580,16 @@ __global__ void __launch_bounds__(kMisClThreads) mis_fwd_cl_kernel(T* __restrict
   });
 }
 // The backward of such rows (dy, y and dx of the same phase), as bwd_kernel: NS = 4 vectors of dy and of y a thread
-// (rows of up to 4096 vectors: 16-bit N up to 32768, fp32 16384; mis_bwd_geo), the row's sum, then dx.
+// (rows of up to 4096 vectors: 16-bit N up to 32768, fp32 16384; mis_bwd_geo; short rows' lanes the forward's NS),
+// the row's sum, then dx.
 // (Row r of mis_bwd_kernel and mis_bwd_cl_kernel, as mis_fwd_row; reduce: a sum over the row's threads.)
-template <class T, bool LOG, int XE, class Reduce>
+template <class T, bool LOG, int XE, int NS, class Reduce>
 __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,        // [M, N]
                                             const T* __restrict__ dy, int64_t dys,  // [M, N]
                                             const T* __restrict__ y, int64_t ys,    // [M, N]
                                             int64_t r, bool live, int N, int t, int tpr, Reduce&& reduce) {
   using A = acc_t<T>;
-  constexpr int VEC = 16 / sizeof(T), NS = 4;
+  constexpr int VEC = 16 / sizeof(T);
   const T* gr = dy + (live ? r : 0) * dys;
   const T* vr = y + (live ? r : 0) * ys;
   const int h = live ? head_elems(gr, N) : 0;
@@ -609,16 +634,16 @@ __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,    
   });
   mis_extras<XE>(t, tpr, h, nv * VEC, nx, [&](int i, int c) { dr[c - h] = from_acc<T>(out(ge[i], ve[i])); });
 }
-template <class T, bool LOG, int XE>
-__global__ void __launch_bounds__(XE > 4 ? 256 : kMisThreads)
+template <class T, bool LOG, int XE, int NS>
+__global__ void __launch_bounds__(kMisThreads)
     mis_bwd_kernel(T* __restrict__ dx, int64_t dxs,        // [M, N]
                    const T* __restrict__ dy, int64_t dys,  // [M, N]
                    const T* __restrict__ y, int64_t ys,    // [M, N]
                    int64_t M, int N) {
   __shared__ acc_t<T> red[32];
   const int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
-  mis_bwd_row<T, LOG, XE>(dx, dxs, dy, dys, y, ys, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
-                          [&](acc_t<T> v) { return mis_reduce(v, rr::Sum{}, red); });
+  mis_bwd_row<T, LOG, XE, NS>(dx, dxs, dy, dys, y, ys, r, r < M, N, (int)threadIdx.x, (int)blockDim.x,
+                              [&](acc_t<T> v) { return mis_reduce(v, rr::Sum{}, red); });
 }
 // Rows past mis_bwd_geo (16-bit N over 32768, fp32 over 16384) over a cluster, as mis_fwd_cl_kernel
 // (MYOPS_SOFTMAX_MIS=2).
@@ -629,7 +654,8 @@ __global__ void __launch_bounds__(kMisClThreads) mis_bwd_cl_kernel(T* __restrict
                                                                    int64_t M, int N, int tpr) {
   using A = acc_t<T>;
   mis_cl_rows(M, tpr, [&](int64_t r, int t, rr::RowReduce& red) {
-    mis_bwd_row<T, LOG, 1>(dx, dxs, dy, dys, y, ys, r, true, N, t, tpr, [&](A v) { return red(v, rr::Sum{}, A(0)); });
+    mis_bwd_row<T, LOG, 1, 4>(dx, dxs, dy, dys, y, ys, r, true, N, t, tpr,
+                              [&](A v) { return red(v, rr::Sum{}, A(0)); });
   });
 }
 // Misaligned rows past the one-CTA kernels' registers, any N (MYOPS_SOFTMAX_MIS=4, the default: 16-bit backward over
@@ -811,17 +837,43 @@ inline bool mis_two() {
   return v == 1;
 }
 // MYOPS_SOFTMAX_MIS_SUBWARP: short misaligned rows on part of a warp (mis_fwd_geo): 2 (the default) the fewest
-// lanes, 4 to 16, that hold the row's vectors at 4 a lane, each lane taking up to 4 of the row's head and tail
-// elements (bf16 127 on 4 lanes); 1 16 lanes a 16-bit row, 8 an fp32 one; 0 a warp a row. H200, session 57, softmax,
-// % of copy, forward / forward+backward, 0 -> 1 -> 2: bf16 [262144, 127] 27.5 / 35.7 -> 51.2 / 62.6 -> 71.1 / 78.3,
-// fp32 48.5 / 64.9 -> 89.4 / 93.3 -> 90.1 / 94.2 (8 lanes either way); bf16 [65536, 257] 48.2 / 59.3 -> 67.0 / 76.6
-// -> 67.3 / 76.9 (16 lanes either way); 1 -> 2: bf16 [1048576, 31] 14.1 / 18.8 -> 40.7 / 51.4, fp32 49.6 / 65.5 ->
-// 60.9 / 77.9, fp32 [131072, 255] 74.6 / 87.5 -> 92.4 / 95.4 (16 lanes instead of a warp). 3: as 2 from 2 lanes (rows
-// of up to 8 vectors, 16-bit N up to 64 and fp32 32, on 2 lanes, 16-bit ones taking up to 8 head and tail elements a
-// lane: built in session 57 for rows of 31, where torch.compile led, and not yet GPU-run). Read once.
+// lanes, 4 to 16, that hold the row's vectors at MYOPS_SOFTMAX_MIS_SUBNS a lane, each lane taking up to 4 of the row's
+// head and tail elements (bf16 127 on 4 lanes); 1 16 lanes a 16-bit row, 8 an fp32 one; 0 a warp a row. H200,
+// session 57, softmax, % of copy, forward / forward+backward, 0 -> 1 -> 2: bf16 [262144, 127] 27.5 / 35.7 -> 51.2 /
+// 62.6 -> 71.1 / 78.3, fp32 48.5 / 64.9 -> 89.4 / 93.3 -> 90.1 / 94.2 (8 lanes either way); bf16 [65536, 257] 48.2 /
+// 59.3 -> 67.0 / 76.6 -> 67.3 / 76.9 (16 lanes either way); 1 -> 2: bf16 [1048576, 31] 14.1 / 18.8 -> 40.7 / 51.4,
+// fp32 49.6 / 65.5 -> 60.9 / 77.9, fp32 [131072, 255] 74.6 / 87.5 -> 92.4 / 95.4 (16 lanes instead of a warp).
+// (Measured and removed, session 58: the fewest lanes from 2, 16-bit lanes taking up to 8 head and tail elements:
+// softmax bf16 [262144, 63] 52.3 / 65.5 -> 41.7 / 48.9, [1048576, 31] 40.5 / 51.2 -> 41.2 / 50.5, fp32 31 60.4 / 77.5
+// -> 58.6 / 64.9.) Read once.
 inline int mis_subwarp() {
-  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_SUBWARP", 2, [](int m) { return m >= 0 && m <= 3; });
+  static const int v = rr::env_knob("MYOPS_SOFTMAX_MIS_SUBWARP", 2, [](int m) { return m >= 0 && m <= 2; });
   return v;
+}
+// MYOPS_SOFTMAX_MIS_SUBNS: the vectors a lane of such rows (MYOPS_SOFTMAX_MIS_SUBWARP=2) holds: 0 (default) 1 in the
+// backward, 2 in softmax's forward (whose exps then stay in registers for its output), 4 in log_softmax's; 1, 2 or
+// 4 that many in both passes. Rows past 16 lanes of them, and the online pair's forward (MYOPS_SOFTMAX_MIS_2P=0),
+// take 4. Fewer vectors, fewer registers (1 and 2: 30-46, against 44-64 at 4): more rows in flight an SM. H200,
+// session 58, % of copy, forward / forward+backward, 4 -> 2 -> 1 in both passes:
+//   softmax bf16 [1048576, 31] 41.0 / 51.5 -> 49.6 / 51.8 -> 53.1 / 64.9 (torch.compile's forward+backward 53.6);
+//     fp32 60.8 / 77.7 -> 79.5 / 87.9 -> 75.3 / 87.6 (compile 74.7 / 87.3, session 57);
+//   log_softmax bf16 46.2 / 54.3 -> 48.3 / 48.8 -> 50.2 / 62.8; fp32 79.5 / 88.7 -> 78.3 / 87.6 -> 75.1 / 88.0;
+//   softmax bf16 [262144, 127] 71.4 / 78.5 -> 75.9 / 78.4 -> 70.0 / 82.6; fp32 90.1 / 93.8 -> 93.5 / 95.5 -> 89.9 /
+//     93.8; log_softmax bf16 76.1 / 79.5 -> 68.7 / 72.1 -> 64.9 / 79.2; fp32 92.4 / 95.0 -> 93.6 / 96.2 -> 92.5 / 95.0.
+// The backward alone (the difference) is fastest at 1 in every case but fp32 at 127 (within 1.5%): bf16 31 73-74 ->
+// 60 us, 127 56-57 -> 50. Then 4 -> the default, one process each: softmax bf16 31 40.9 / 51.6 -> 49.5 / 62.7, 63
+// 57.6 / 71.6 -> 68.9 / 76.2, 127 71.2 / 78.2 -> 76.0 / 85.8, 255 77.8 / 85.3 -> 85.4 / 88.5; fp32 31 61.0 / 77.8 ->
+// 79.6 / 89.7, 63 60.8 / 76.2 -> 90.9 / 94.8, 127 89.9 / 93.7 -> 93.7 / 95.1; log_softmax (its forward unchanged)
+// forward+backward bf16 31 54.4 -> 60.0, 63 76.9 -> 75.5, 127 79.2 -> 84.4; fp32 31 88.7 -> 90.3, 63 87.6 -> 92.5.
+// Read once.
+inline int mis_subns_knob() {
+  static const int v =
+      rr::env_knob("MYOPS_SOFTMAX_MIS_SUBNS", 0, [](int m) { return m == 0 || m == 1 || m == 2 || m == 4; });
+  return v;
+}
+inline int mis_subns(bool log, bool bwd) {
+  const int k = mis_subns_knob();
+  return k ? k : bwd ? 1 : log ? 4 : 2;
 }
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
 // elements, GPT-2's 50257 included; 0: neither) and threads a row for rows of N elements of es bytes: the fewest
@@ -830,10 +882,11 @@ inline int mis_subwarp() {
 // 57's mis_extras the online pair's (MYOPS_SOFTMAX_MIS_2P=0) spill more: bf16 8 vectors 8-12 bytes, softmax's fp16 4
 // vectors 40 bytes at 32 registers; the default two passes none.)
 struct MisGeo {
-  int ns = 0, tpr = 0, rows = 0, xe = 1;  // (xe: the row's head and tail elements a thread takes, 1, 4 or 8)
+  int ns = 0, tpr = 0, rows = 0, xe = 1;  // (xe: the row's head and tail elements a thread takes, 1 or 4)
 };
 // (Mode 5: not 8.)
-inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
+// subns: short rows' vectors a lane (mis_subns; the forward's 1 and 2 under the two passes alone).
+inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es, int subns = 4) {
   MisGeo g;
   const int64_t nv = ceil_div(N, (int64_t)(16 / es));  // (at least the row's whole vectors, whatever its head)
   g.ns = ceil_div(nv, (int64_t)4) <= kMisThreads                               ? 4
@@ -842,29 +895,31 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es) {
   if (!g.ns || N >= INT_MAX) return MisGeo{};
   g.tpr = (int)ceil_div(ceil_div(nv, (int64_t)g.ns), (int64_t)32) * 32;
   g.rows = g.tpr == 32 ? kMisRows : 1;
-  // Short rows on part of a warp (mis_subwarp), where sub lanes hold its vectors at 4 a lane (16-bit rows of up to 512
-  // elements, fp32 256), rows of 256-thread CTAs; a row's head and tail (up to 2 VEC - 2 elements) take up to xe
-  // elements a lane (sub under 2 VEC - 2: 4, or 8 where 4 do not cover them). A warp a row runs one to four of its
-  // lanes' loads at bf16 N = 127: 2048 threads an SM keep 64 rows of 254 bytes in flight, 16 KB; 4 lanes a row, 512
-  // rows, 128 KB.
-  int sub = es == 4 ? 8 : 16;
-  if (mis_subwarp() >= 2)
-    for (sub = mis_subwarp() == 3 ? 2 : 4; sub < 16 && ceil_div(nv, (int64_t)4) > sub;) sub *= 2;
-  if (mis_subwarp() && g.ns == 4 && ceil_div(nv, (int64_t)4) <= sub) {
+  // Short rows on part of a warp (mis_subwarp), where sub lanes hold its vectors at ns a lane (mis_subns; 16-bit
+  // rows of up to 64 ns elements, fp32 16 ns), rows of 256-thread CTAs; a row's head and tail (up to 2 VEC - 2
+  // elements) take up to xe elements a lane (sub under 2 VEC - 2: 4). A warp a row runs one to four of its lanes'
+  // loads at bf16 N = 127: 2048 threads an SM keep 64 rows of 254 bytes in flight, 16 KB; 4 lanes a row, 512 rows,
+  // 128 KB.
+  int sub = es == 4 ? 8 : 16, ns = 4;
+  if (mis_subwarp() == 2) {
+    ns = ceil_div(nv, (int64_t)subns) <= 16 ? subns : 4;
+    for (sub = 4; sub < 16 && ceil_div(nv, (int64_t)ns) > sub;) sub *= 2;
+  }
+  if (mis_subwarp() && g.ns == 4 && ceil_div(nv, (int64_t)ns) <= sub) {
     const int nx = 2 * (16 / es) - 2;  // (the head and tail: up to 2 VEC - 2 elements)
+    g.ns = ns;
     g.tpr = sub;
     g.rows = 256 / sub;
-    g.xe = sub >= nx ? 1 : 4 * sub >= nx ? 4 : 8;
-    if (g.xe * sub < nx) return MisGeo{};  // (never for 2- and 4-byte types)
+    g.xe = sub >= nx ? 1 : 4;  // (4 sub >= nx for 2- and 4-byte types)
   }
   if (ceil_div(M, (int64_t)g.rows) >= INT_MAX) return MisGeo{};
   return g;
 }
 
-// mis_bwd_kernel's: 4 vectors a thread in up to 1024 threads (0: none).
-inline MisGeo mis_bwd_geo(int64_t M, int64_t N, int es) {
-  const MisGeo g = mis_fwd_geo(M, N, es);
-  return g.ns == 4 ? g : MisGeo{};
+// mis_bwd_kernel's: 4 vectors a thread in up to 1024 threads, or the forward's short rows' (0: none).
+inline MisGeo mis_bwd_geo(int64_t M, int64_t N, int es, int subns = 4) {
+  const MisGeo g = mis_fwd_geo(M, N, es, subns);
+  return g.ns <= 4 ? g : MisGeo{};
 }
 
 // mis_fwd_cl_kernel's and mis_bwd_cl_kernel's (MYOPS_SOFTMAX_MIS=2 or 3): the fewest CTAs of up to kMisClThreads
@@ -943,7 +998,8 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
       const bool phased =
           mis_fwd_on() && same_phase(x.ptr, x.row_stride, x.col_stride, y.ptr, y.row_stride, y.col_stride, M, es);
       const rr::Geo gc = phased ? mis_cl_geo(N, es) : rr::Geo{};
-      const MisGeo gm = phased && !(gc.ns && mis_mode() == 3) ? mis_fwd_geo(M, N, es) : MisGeo{};
+      const int subns = mis_two() ? mis_subns(LOG, false) : 4;
+      const MisGeo gm = phased && !(gc.ns && mis_mode() == 3) ? mis_fwd_geo(M, N, es, subns) : MisGeo{};
       if (gm.ns) {
         const auto go = [&](auto kernel) {
           kernel<<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
@@ -957,10 +1013,15 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
           return mis_two() ? go(mis_fwd_kernel<T, LOG, NS, true, XE>) : go(mis_fwd_kernel<T, LOG, NS, false, XE>);
         };
         using I1 = std::integral_constant<int, 1>;
+        using I2 = std::integral_constant<int, 2>;
         using I4 = std::integral_constant<int, 4>;
-        if constexpr (es == 2)  // (fp32 takes at most 4: mis_fwd_geo; XE over 1 only at 4 vectors)
-          if (gm.xe == 8) return two(I4{}, std::integral_constant<int, 8>{});
-        if (gm.xe == 4) return two(I4{}, I4{});
+        // (short rows' lanes at 1 or 2 vectors: the two passes alone, mis_fwd_geo)
+        const auto short_ns = [&](auto ns) {
+          constexpr int NS = decltype(ns)::value;
+          return gm.xe == 4 ? go(mis_fwd_kernel<T, LOG, NS, true, 4>) : go(mis_fwd_kernel<T, LOG, NS, true, 1>);
+        };
+        if (gm.ns < 4) return gm.ns == 1 ? short_ns(I1{}) : short_ns(I2{});
+        if (gm.xe == 4) return two(I4{}, I4{});  // (XE over 1 only at 4 vectors or fewer)
         return gm.ns == 4 ? two(I4{}, I1{}) : two(std::integral_constant<int, 8>{}, I1{});
       }
       if (phased && st_rows(M, N, es)) {
@@ -1012,7 +1073,7 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
           same_phase(dy.ptr, dy.row_stride, dy.col_stride, dx.ptr, dx.row_stride, dx.col_stride, M, es) &&
           same_phase(y.ptr, y.row_stride, y.col_stride, dx.ptr, dx.row_stride, dx.col_stride, M, es);
       const rr::Geo gc = phased ? mis_cl_geo(N, es) : rr::Geo{};
-      const MisGeo gm = phased && !(gc.ns && mis_mode() == 3) ? mis_bwd_geo(M, N, es) : MisGeo{};
+      const MisGeo gm = phased && !(gc.ns && mis_mode() == 3) ? mis_bwd_geo(M, N, es, mis_subns(LOG, true)) : MisGeo{};
       if (gm.ns) {
         const auto go = [&](auto kernel) {
           kernel<<<(unsigned)ceil_div(M, (int64_t)gm.rows), dim3((unsigned)gm.tpr, (unsigned)gm.rows), 0,
@@ -1021,9 +1082,13 @@ int backward(myops_out_operand dx, myops_operand dy, myops_operand y, int64_t M,
                                                         static_cast<const T*>(y.ptr), y.row_stride, M, (int)N);
           return launch_status();
         };
-        if constexpr (es == 2)
-          if (gm.xe == 8) return go(mis_bwd_kernel<T, LOG, 8>);
-        return gm.xe == 4 ? go(mis_bwd_kernel<T, LOG, 4>) : go(mis_bwd_kernel<T, LOG, 1>);
+        const auto xe = [&](auto ns) {
+          constexpr int NS = decltype(ns)::value;
+          return gm.xe == 4 ? go(mis_bwd_kernel<T, LOG, 4, NS>) : go(mis_bwd_kernel<T, LOG, 1, NS>);
+        };
+        return gm.ns == 1   ? xe(std::integral_constant<int, 1>{})
+               : gm.ns == 2 ? xe(std::integral_constant<int, 2>{})
+                            : xe(std::integral_constant<int, 4>{});
       }
       if (phased && st_rows(M, N, es)) {
         st_bwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
