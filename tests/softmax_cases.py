@@ -87,18 +87,20 @@ def test_misaligned_rows(sm, mis):
     50257 for more rows than the clusters that fit); 1 and 0 (every row) the rows.cuh engine; 3 every row of over 512
     threads on the clusters (fp32 8195 and 16-bit 32767 on 2); 5 the streaming kernels for every forward row past 4
     vectors a thread too (16-bit 50257 and 57343, fp32 20001); ",online": MYOPS_SOFTMAX_MIS_2P=0, the forward's
-    statistics in the online pair, not two exact passes; short rows on the fewest lanes of 4 to 16, several rows a warp
-    (4 lanes at 7, 13, 31, 63 and 16-bit 100 and 127, a lane taking up to 4 of the head's and tail's elements; 8 at
-    16-bit 200, 4 elements a lane too; 16 at 16-bit 300 and fp32 200), ",sub16": 16 lanes a 16-bit row (up to 512
-    elements), 8 an fp32 one (up to 128) (MYOPS_SOFTMAX_MIS_SUBWARP=1), ",ns4" / ",ns2" / ",ns1": the fewest lanes
-    holding the row at 4 / 2 / 1 vectors a lane in both passes (MYOPS_SOFTMAX_MIS_SUBNS; by default 1 in the backward,
-    2 in softmax's forward, 4 in log_softmax's; 1: 4 lanes at 7, 13 and 16-bit 31, 8 at fp32 31 and 16-bit 63, 16 at
-    fp32 63 and 16-bit 100 and 127; softmax's output at 1 and 2 from the exps its sum took), ",warprow": a warp a row
-    (=0). N
-    under a vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a CTA; 16-bit 1001 too), rows of a
-    CTA at 4 vectors a thread (fp32 1001 and 8195, 16-bit 32767 near 1024 threads) and, forward, at 8 (16-bit 50257, and
-    57343 near their limit), -inf entries, a row of -inf (NaN, as eager) and a NaN (every shape of 4 rows or more);
-    fp32, bf16 and fp16: the output within TOL of float64, output and gradient within twice eager's error on the GPU."""
+    statistics in the online pair, not two exact passes; short rows on the fewest lanes of 4 to 16, several rows a warp,
+    a lane taking up to 4 of the head's and tail's elements where the lanes are fewer than those: ",ns4" / ",ns2" /
+    ",ns1" hold the row at 4 / 2 / 1 vectors a lane in both passes (MYOPS_SOFTMAX_MIS_SUBNS; by default, [4], 1 in the
+    backward, 2 in softmax's forward, which then keeps its sum's exps for the output, 4 in log_softmax's). At 4: 4
+    lanes at 7, 13, 31, 63 and 16-bit 100 and 127, 8 at 16-bit 200, 16 at 16-bit 300 and fp32 200; at 2: 4 lanes at
+    7, 13, 31 and 16-bit 63, 8 at fp32 63 and 16-bit 100 and 127, 16 at fp32 100 and 127 and 16-bit 200; at 1: 4 at
+    7, 13 and 16-bit 31, 8 at fp32 31 and 16-bit 63, 16 at fp32 63 and 16-bit 100 and 127, 4 a lane past those.
+    ",sub16": 16 lanes a 16-bit row (up to 512 elements), 8 an fp32 one (up to 128) (MYOPS_SOFTMAX_MIS_SUBWARP=1),
+    ",warprow": a warp a row (=0). N under a vector (7, 13), a warp's rows past the end (37 rows of a warp each, eight a
+    CTA; 16-bit 1001 too), rows of a CTA at 4 vectors a thread (fp32 1001 and 8195, 16-bit 32767 near 1024 threads)
+    and, forward, at 8 (16-bit 50257, and 57343 near their limit), -inf entries, a row of -inf (NaN, as eager), a NaN
+    (every shape of 4 rows or more) and a row whose every other element lies 90 below the rest (of 5 rows or more:
+    exps near fp32's least normal, softmax's quotients there); fp32, bf16 and fp16: the output within TOL of float64,
+    output and gradient within twice eager's error on the GPU."""
     cases = []
     for shape in [(5, 7), (64, 13), (37, 31), (21, 63), (50, 100), (37, 127), (37, 200), (33, 300), (9, 1001),
                   (300, 1001), (4, 8195),
@@ -109,6 +111,8 @@ def test_misaligned_rows(sm, mis):
                 x[1, ::7] = float("-inf")
                 x[2] = float("-inf")
                 x[3, shape[-1] // 2] = float("nan")
+            if shape[0] > 4:
+                x[4, ::2] -= 90
             cases.append((x, make_tensor(shape, dtype, "cpu", seed=shape[-1] + 1)))
     code = f"""
     OUTPUT = []

@@ -97,8 +97,9 @@ template <class T> __device__ __forceinline__ acc_t<T> exp_of(acc_t<T> x) {
   else if constexpr (sizeof(T) == 4) return exp_f32(x);
   else return exp(x);
 }
-// a / b correctly rounded (fp32, away from overflow and subnormal quotients) given inv = 1 / b correctly rounded:
-// one FMA correction of a * inv (Markstein) instead of the division's instruction sequence per element.
+// a / b correctly rounded (fp32, away from overflow and from quotients under about 2^-102 / b, whose residual a - q b
+// is itself subnormal: there up to an ulp off) given inv = 1 / b correctly rounded: one FMA correction of a * inv
+// (Markstein) instead of the division's instruction sequence per element.
 __device__ __forceinline__ float div_rn(float a, float b, float inv) {
   const float q = a * inv;
   return fmaf(fmaf(-q, b, a), inv, q);

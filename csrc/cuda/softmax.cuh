@@ -390,7 +390,7 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
 // (to its first 16-byte boundary) and tail (after its last whole vector), under VEC elements each, one element a thread
 // (up to XE on rows of fewer threads than those: mis_extras); the rest in 16-byte loads, NS vectors a thread, all
 // issued before the fold; the fold, its reduction and the outputs are fwd_kernel's (the same formulas, in the same
-// order within a thread). blockDim.x threads a row: 32 (or 4 to 16: mis_subwarp) and blockDim.y rows a CTA, or a
+// order within a thread; softmax's at 1 and 2 vectors a thread: KEEP, in mis_fwd_row). blockDim.x threads a row: 32 (or 4 to 16: mis_subwarp) and blockDim.y rows a CTA, or a
 // multiple of 32 and one row (mis_fwd_geo). H200, forward / forward+backward, % of copy (session 55, torch 2.11), the
 // engine -> these: bf16 [65536, 1001] 17.1 / 19.9 -> 67.9 / 83.4 (eager 57.2 / 46.1, torch.compile 78.4 / 81.4), fp32
 // 32.9 / 30.4 -> 67.9 / 84.4, bf16 [16384, 4095] 16.3 / 19.3 -> 68.7 / 83.6, bf16 [4096, 50257] 9.5 / 9.8 -> 48.7 /
@@ -454,7 +454,9 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
   using A = acc_t<T>;
   constexpr int VEC = 16 / sizeof(T);
   // softmax's two passes keep the sum's exps for the output at up to 2 vectors a thread (the short rows' lanes of
-  // mis_subns; at 4, fp32's kernels took 43-60 registers to 50-71)
+  // mis_subns; at 4, fp32's kernels took 43-60 registers to 50-71). The same exps; but where an exp is not kept,
+  // ptxas fuses fp32's last multiply of exp_f32 into the sum (an FFMA, where KEEP rounds the exp, then adds), and
+  // fp32 divides by div_rn, as write_row: an fp32 row's sum and outputs may differ by an ulp from the NS = 4 kernel's.
   constexpr bool KEEP = TWO && !LOG && NS <= 2;
   const T* xr = x + (live ? r : 0) * xs;
   const int h = live ? head_elems(xr, N) : 0;
@@ -580,8 +582,8 @@ __global__ void __launch_bounds__(kMisClThreads) mis_fwd_cl_kernel(T* __restrict
   });
 }
 // The backward of such rows (dy, y and dx of the same phase), as bwd_kernel: NS = 4 vectors of dy and of y a thread
-// (rows of up to 4096 vectors: 16-bit N up to 32768, fp32 16384; mis_bwd_geo; short rows' lanes the forward's NS),
-// the row's sum, then dx.
+// (rows of up to 4096 vectors: 16-bit N up to 32768, fp32 16384; mis_bwd_geo), or short rows' 1 or 2 (mis_subns:
+// by default 1, whatever the forward's), the row's sum, then dx.
 // (Row r of mis_bwd_kernel and mis_bwd_cl_kernel, as mis_fwd_row; reduce: a sum over the row's threads.)
 template <class T, bool LOG, int XE, int NS, class Reduce>
 __device__ __forceinline__ void mis_bwd_row(T* __restrict__ dx, int64_t dxs,        // [M, N]
@@ -876,7 +878,7 @@ inline int mis_subns(bool log, bool bwd) {
   return k ? k : bwd ? 1 : log ? 4 : 2;
 }
 // mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
-// elements, GPT-2's 50257 included; 0: neither) and threads a row for rows of N elements of es bytes: the fewest
+// elements, GPT-2's 50257 included; 0: neither; short rows 1, 2 or 4: subns) and threads a row for rows of N elements of es bytes: the fewest
 // warps that hold the row's vectors. (ptxas, sm_90a: 32-65 registers but bf16 at 8 vectors, which spilled 36 bytes
 // under 1024 threads' 64 registers and takes 72 under 896's bound, log_softmax's with 4 bytes spilled. Since session
 // 57's mis_extras the online pair's (MYOPS_SOFTMAX_MIS_2P=0) spill more: bf16 8 vectors 8-12 bytes, softmax's fp16 4
@@ -895,11 +897,11 @@ inline MisGeo mis_fwd_geo(int64_t M, int64_t N, int es, int subns = 4) {
   if (!g.ns || N >= INT_MAX) return MisGeo{};
   g.tpr = (int)ceil_div(ceil_div(nv, (int64_t)g.ns), (int64_t)32) * 32;
   g.rows = g.tpr == 32 ? kMisRows : 1;
-  // Short rows on part of a warp (mis_subwarp), where sub lanes hold its vectors at ns a lane (mis_subns; 16-bit
-  // rows of up to 64 ns elements, fp32 16 ns), rows of 256-thread CTAs; a row's head and tail (up to 2 VEC - 2
-  // elements) take up to xe elements a lane (sub under 2 VEC - 2: 4). A warp a row runs one to four of its lanes'
-  // loads at bf16 N = 127: 2048 threads an SM keep 64 rows of 254 bytes in flight, 16 KB; 4 lanes a row, 512 rows,
-  // 128 KB.
+  // Short rows on part of a warp (mis_subwarp), where sub lanes hold its vectors at ns a lane (subns: 16-bit rows of
+  // up to about 128 ns elements, fp32 64 ns; longer rows, up to 512 and 256, at 4 a lane), rows of 256-thread CTAs; a
+  // row's head and tail (up to 2 VEC - 2 elements) take up to xe elements a lane (sub under 2 VEC - 2: 4). A warp a
+  // row runs one to four of its lanes' loads at bf16 N = 127: 2048 threads an SM keep 64 rows of 254 bytes in flight,
+  // 16 KB; 4 lanes a row, 512 rows, 128 KB.
   int sub = es == 4 ? 8 : 16, ns = 4;
   if (mis_subwarp() == 2) {
     ns = ceil_div(nv, (int64_t)subns) <= 16 ? subns : 4;
@@ -1015,7 +1017,7 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
         using I1 = std::integral_constant<int, 1>;
         using I2 = std::integral_constant<int, 2>;
         using I4 = std::integral_constant<int, 4>;
-        // (short rows' lanes at 1 or 2 vectors: the two passes alone, mis_fwd_geo)
+        // (short rows' lanes at 1 or 2 vectors: only under the two passes, whose subns alone asks for them)
         const auto short_ns = [&](auto ns) {
           constexpr int NS = decltype(ns)::value;
           return gm.xe == 4 ? go(mis_fwd_kernel<T, LOG, NS, true, 4>) : go(mis_fwd_kernel<T, LOG, NS, true, 1>);
