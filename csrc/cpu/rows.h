@@ -143,8 +143,23 @@ MYOPS_CPU_HOT double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
  * MYOPS_SUMSF_BLOCKED: K (1-4) such sums in one pass, each in its own lanes, blocks and order (the same bits as K
  * passes): ADD, a statement or expression of element k, adds its terms by MYOPS_SUMF_TERM(q, term) into sum q < K (q
  * a literal); res[q] receives the totals. MYOPS_SUMF_BLOCKED: one sum, into myops_sum_result_. Each sum keeps its own
- * named array: one [K][32] array measured 3-5% slower in layer_norm's forward and backward (the bits the same). */
+ * named array: one [K][32] array measured 3-5% slower in layer_norm's forward and backward (the bits the same).
+ * The tree at a block's end: its five steps written out (MYOPS_SUMF_TREE_STEP, each of a constant width), where a
+ * loop over the widths left GCC 12 a vector loop of variable trip count whose scalar tail added lane after lane
+ * through the stack, a chain of store-to-load round trips paid once per block: per row on short rows. cpu_ab, one
+ * thread, 2-core EPYC VM, us, the same bits (session 58): layer_norm forward [65536, 33] fp32 5419 -> 2663, bf16
+ * 5423 -> 2844, [16384, 256] fp32 1408 -> 1129, its backward [65536, 33] 4346 -> 3185; log_softmax [65536, 33] fp32
+ * 4184 -> 3342, bf16 4860 -> 3945, [16384, 256] bf16 2218 -> 1959; softmax bf16 [65536, 33] 4600 -> 3564; softmax's
+ * backward fp32 [65536, 33] 2001 -> 1004; rows of 4096 level (0.88-1.01x). Four sums (layer_norm's backward) over
+ * blocks of over 512 keep the loop: written out there, [1024, 4096] read 1.03-1.07x in three of four runs. */
 #define MYOPS_SUMF_TERM(q, term) (acc##q##_[j_] += (term))
+#define MYOPS_SUMF_TREE_STEP(K, S)            \
+  for (int j_ = 0; j_ < (S); ++j_) {          \
+    acc0_[j_] += acc0_[j_ + (S)];             \
+    if ((K) > 1) acc1_[j_] += acc1_[j_ + (S)]; \
+    if ((K) > 2) acc2_[j_] += acc2_[j_ + (S)]; \
+    if ((K) > 3) acc3_[j_] += acc3_[j_ + (S)]; \
+  }
 #define MYOPS_SUMSF_BLOCKED(n, K, ADD, res)                                               \
   do {                                                                                   \
     _Static_assert((K) >= 1 && (K) <= 4, "one to four sums");                            \
@@ -163,13 +178,14 @@ MYOPS_CPU_HOT double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
         const int64_t j_ = k - i;                                                        \
         ADD;                                                                             \
       }                                                                                  \
-      for (int s_ = 16; s_ > 0; s_ >>= 1)                                                \
-        for (int j_ = 0; j_ < s_; ++j_) {                                                \
-          acc0_[j_] += acc0_[j_ + s_];                                                   \
-          if ((K) > 1) acc1_[j_] += acc1_[j_ + s_];                                      \
-          if ((K) > 2) acc2_[j_] += acc2_[j_ + s_];                                      \
-          if ((K) > 3) acc3_[j_] += acc3_[j_ + s_];                                      \
-        }                                                                                \
+      if ((K) <= 2 || (n) <= 512) { /* (see above) */                                    \
+        MYOPS_SUMF_TREE_STEP(K, 16);                                                     \
+        MYOPS_SUMF_TREE_STEP(K, 8);                                                      \
+        MYOPS_SUMF_TREE_STEP(K, 4);                                                      \
+        MYOPS_SUMF_TREE_STEP(K, 2);                                                      \
+        MYOPS_SUMF_TREE_STEP(K, 1);                                                      \
+      } else                                                                             \
+        for (int s_ = 16; s_ > 0; s_ >>= 1) MYOPS_SUMF_TREE_STEP(K, s_);                 \
       tot_[0] += (double)acc0_[0];                                                       \
       tot_[1] += (double)acc1_[0];                                                       \
       tot_[2] += (double)acc2_[0];                                                       \
