@@ -150,22 +150,27 @@ MYOPS_CPU_HOT double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
  * thread, 2-core EPYC VM, us, the same bits (session 58): layer_norm forward [65536, 33] fp32 5419 -> 2663, bf16
  * 5423 -> 2844, [16384, 256] fp32 1408 -> 1129, its backward [65536, 33] 4346 -> 3185; log_softmax [65536, 33] fp32
  * 4184 -> 3342, bf16 4860 -> 3945, [16384, 256] bf16 2218 -> 1959; softmax bf16 [65536, 33] 4600 -> 3564; softmax's
- * backward fp32 [65536, 33] 2001 -> 1004; rows of 4096 level (0.88-1.01x). Four sums (layer_norm's backward) over
- * blocks of over 512 keep the loop: written out there, [1024, 4096] read 1.03-1.07x in three of four runs. */
+ * backward fp32 [65536, 33] 2001 -> 1004; rows of 4096 level (0.88-1.01x). Three or four sums (layer_norm's
+ * backward: four) on rows of over 512 keep the loop: written out there, [1024, 4096] read 1.03-1.07x in three of four
+ * runs. */
 #define MYOPS_SUMF_TERM(q, term) (acc##q##_[j_] += (term))
-#define MYOPS_SUMF_TREE_STEP(K, S)            \
-  for (int j_ = 0; j_ < (S); ++j_) {          \
-    acc0_[j_] += acc0_[j_ + (S)];             \
-    if ((K) > 1) acc1_[j_] += acc1_[j_ + (S)]; \
-    if ((K) > 2) acc2_[j_] += acc2_[j_ + (S)]; \
-    if ((K) > 3) acc3_[j_] += acc3_[j_ + (S)]; \
-  }
+/* (One step of MYOPS_SUMSF_BLOCKED's tree, on its acc0_ .. acc3_: inside that macro only.) */
+#define MYOPS_SUMF_TREE_STEP(K, S)                 \
+  do {                                             \
+    for (int j_ = 0; j_ < (S); ++j_) {             \
+      acc0_[j_] += acc0_[j_ + (S)];                \
+      if ((K) > 1) acc1_[j_] += acc1_[j_ + (S)];   \
+      if ((K) > 2) acc2_[j_] += acc2_[j_ + (S)];   \
+      if ((K) > 3) acc3_[j_] += acc3_[j_ + (S)];   \
+    }                                              \
+  } while (0)
 #define MYOPS_SUMSF_BLOCKED(n, K, ADD, res)                                               \
   do {                                                                                   \
     _Static_assert((K) >= 1 && (K) <= 4, "one to four sums");                            \
     double tot_[4] = {0, 0, 0, 0};                                                       \
-    for (int64_t b_ = 0; b_ < (n); b_ += 1024) {                                         \
-      const int64_t e_ = b_ + 1024 < (n) ? b_ + 1024 : (n);                              \
+    const int64_t n_ = (n);  /* (once, before the names below exist) */                 \
+    for (int64_t b_ = 0; b_ < n_; b_ += 1024) {                                          \
+      const int64_t e_ = b_ + 1024 < n_ ? b_ + 1024 : n_;                                \
       float acc0_[32], acc1_[32], acc2_[32], acc3_[32];  /* (those past K: dead code) */ \
       for (int j_ = 0; j_ < 32; ++j_) acc0_[j_] = acc1_[j_] = acc2_[j_] = acc3_[j_] = 0.f; \
       int64_t i = b_;                                                                    \
@@ -178,7 +183,7 @@ MYOPS_CPU_HOT double myops_sum_sq_dev(const double* v, int64_t n, double mu) {
         const int64_t j_ = k - i;                                                        \
         ADD;                                                                             \
       }                                                                                  \
-      if ((K) <= 2 || (n) <= 512) { /* (see above) */                                    \
+      if ((K) <= 2 || n_ <= 512) { /* (see above) */                                     \
         MYOPS_SUMF_TREE_STEP(K, 16);                                                     \
         MYOPS_SUMF_TREE_STEP(K, 8);                                                      \
         MYOPS_SUMF_TREE_STEP(K, 4);                                                      \
