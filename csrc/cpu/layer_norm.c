@@ -51,9 +51,12 @@ typedef struct {
 } LnMoments;
 MYOPS_CPU_HOT LnMoments ln_moments(double s1, double s2, int64_t N, float c) {
   LnMoments m;
-  m.d = s1 / (double)N;
+  /* (1 / N, loop-invariant, off the row's dependent chain: three divisions there took [65536, 33]'s forward from
+   * 2468 to 2620 us, one thread; 1500 fuzzed cases bitwise equal either way) */
+  const double inv_n = 1.0 / (double)N;
+  m.d = s1 * inv_n;
   m.mud = (double)c + m.d;
-  m.var = (s2 - s1 * s1 / (double)N) / (double)N;
+  m.var = (s2 - s1 * m.d) * inv_n;
   return m;
 }
 MYOPS_CPU_HOT LnStats ln_finish(LnMoments m, double eps) {
@@ -73,7 +76,7 @@ MYOPS_CPU_HOT float ln_center(const void* x, int64_t N, int BF) {
   const float k0 = N > 0 ? LN_LD(x, 0) : 0.f; /* (k: the sums' element index) */
   double myops_sum_result_;
   MYOPS_SUMF_BLOCKED(N, LN_LD(x, k) - k0);
-  return (float)((double)k0 + myops_sum_result_ / (double)N);
+  return (float)((double)k0 + myops_sum_result_ * (1.0 / (double)N));
 }
 /* The row's moments about c: sum(x - c) and sum((x - c)^2) in one pass, each in its own blocks. (One helper for both
  * passes, the squares skipped by a flag, made the bf16 forward about 2x slower on the 2-core Zen 4 VM, [4096, 4096]:
@@ -263,7 +266,8 @@ MYOPS_CPU_HOT void ln_bwd_row_f32(const float* xv, const float* gv, float* dv, c
   }
   const LnStats st = ln_finish(m, eps);
   const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
-  const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
+  const double inv_n = 1.0 / (double)N;
+  const float mg = (float)(s[2] * inv_n), mgx = (float)((double)rs * (s[3] - m.d * s[2]) * inv_n);
   LN_BWD_CASES(ln_bwd_dx, xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0);
 }
 /* The backward's scratch, [6][N] fp32 (declared in the function, freed by it): the x and dy rows (xb, gb), the dx row
@@ -333,7 +337,8 @@ MYOPS_CPU_VEC static int layer_norm_bwd_half(myops_out_operand dx, double* ws, m
     if (isfinite(c) && isfinite(m.mud) && m.d * m.d <= m.var) {
       const LnStats st = ln_finish(m, eps);
       const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
-      const float mg = (float)(s[2] / (double)N), mgx = (float)((double)rs * (s[3] - m.d * s[2]) / (double)N);
+      const double inv_n = 1.0 / (double)N;
+  const float mg = (float)(s[2] * inv_n), mgx = (float)((double)rs * (s[3] - m.d * s[2]) * inv_n);
       if (f16) {
         LN_BWD_CASES(ln_bwd_dx, xp, gp, wf, h, dwf, dbf, N, hi, lo, rs, mg, mgx, 2);
         myops_store_f32(dtype, dp, 1, N, h);
