@@ -225,9 +225,25 @@ MYOPS_CPU_HOT void ln_bwd_sums(const void* restrict xv, const void* restrict gv,
   MYOPS_SUMSF_BLOCKED(N, 4, LN_BWD_TERMS, s);
 #undef LN_BWD_TERMS
 }
+/* A row's constants for pass 2: xhat = ((x - hi) - lo) rs, mg = mean(gw), mgx = mean(gw xhat). */
+typedef struct {
+  float hi, lo, rs, mg, mgx;
+} LnBwdRow;
+MYOPS_CPU_HOT LnBwdRow ln_bwd_row(LnMoments m, const double s[4], int64_t N, double eps) {
+  const LnStats st = ln_finish(m, eps);
+  const double inv_n = 1.0 / (double)N;
+  LnBwdRow k;
+  k.hi = st.hi;
+  k.lo = st.lo;
+  k.rs = (float)st.rsd;
+  k.mg = (float)(s[2] * inv_n);
+  k.mgx = (float)((double)k.rs * (s[3] - m.d * s[2]) * inv_n);
+  return k;
+}
 MYOPS_CPU_HOT void ln_bwd_dx(const void* restrict xv, const void* restrict gv, const float* restrict wf,
-                             void* restrict dv, float* restrict dwf, float* restrict dbf, int64_t N, float hi,
-                             float lo, float rs, float mg, float mgx, int BF, int W, int WS) {
+                             void* restrict dv, float* restrict dwf, float* restrict dbf, int64_t N, LnBwdRow k,
+                             int BF, int W, int WS) {
+  const float hi = k.hi, lo = k.lo, rs = k.rs, mg = k.mg, mgx = k.mgx;
   for (int64_t i = 0; i < N; ++i) {
     const float g = LN_LD(gv, i);
     const float hv = ((LN_LD(xv, i) - hi) - lo) * rs;
@@ -264,11 +280,7 @@ MYOPS_CPU_HOT void ln_bwd_row_f32(const float* xv, const float* gv, float* dv, c
     m = ln_moments(s[0], s[1], N, c);
     if (isfinite(m.mud) && m.d * m.d <= m.var) break;
   }
-  const LnStats st = ln_finish(m, eps);
-  const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
-  const double inv_n = 1.0 / (double)N;
-  const float mg = (float)(s[2] * inv_n), mgx = (float)((double)rs * (s[3] - m.d * s[2]) * inv_n);
-  LN_BWD_CASES(ln_bwd_dx, xv, gv, wf, dv, dwf, dbf, N, hi, lo, rs, mg, mgx, 0);
+  LN_BWD_CASES(ln_bwd_dx, xv, gv, wf, dv, dwf, dbf, N, ln_bwd_row(m, s, N, eps), 0);
 }
 /* The backward's scratch, [6][N] fp32 (declared in the function, freed by it): the x and dy rows (xb, gb), the dx row
  * (h), the weight (wf, loaded as fp32), this block of rows' dw and db terms (dwf, dbf, summed in fp32). */
@@ -335,15 +347,12 @@ MYOPS_CPU_VEC static int layer_norm_bwd_half(myops_out_operand dx, double* ws, m
       m = ln_moments(s[0], s[1], N, c);
     }
     if (isfinite(c) && isfinite(m.mud) && m.d * m.d <= m.var) {
-      const LnStats st = ln_finish(m, eps);
-      const float hi = st.hi, lo = st.lo, rs = (float)st.rsd;
-      const double inv_n = 1.0 / (double)N;
-  const float mg = (float)(s[2] * inv_n), mgx = (float)((double)rs * (s[3] - m.d * s[2]) * inv_n);
+      const LnBwdRow kr = ln_bwd_row(m, s, N, eps);
       if (f16) {
-        LN_BWD_CASES(ln_bwd_dx, xp, gp, wf, h, dwf, dbf, N, hi, lo, rs, mg, mgx, 2);
+        LN_BWD_CASES(ln_bwd_dx, xp, gp, wf, h, dwf, dbf, N, kr, 2);
         myops_store_f32(dtype, dp, 1, N, h);
       } else {
-        LN_BWD_CASES(ln_bwd_dx, xp, gp, wf, dp, dwf, dbf, N, hi, lo, rs, mg, mgx, 1);
+        LN_BWD_CASES(ln_bwd_dx, xp, gp, wf, dp, dwf, dbf, N, kr, 1);
       }
     } else {
       myops_load_f32(dtype, xp, 1, N, xb);

@@ -390,13 +390,13 @@ template <class T> rr::Geo rr_bwd_geo(int64_t N) {
 // (to its first 16-byte boundary) and tail (after its last whole vector), under VEC elements each, one element a thread
 // (up to XE on rows of fewer threads than those: mis_extras); the rest in 16-byte loads, NS vectors a thread, all
 // issued before the fold; the fold, its reduction and the outputs are fwd_kernel's (the same formulas, in the same
-// order within a thread; softmax's at 1 and 2 vectors a thread: KEEP, in mis_fwd_row). blockDim.x threads a row: 32 (or 4 to 16: mis_subwarp) and blockDim.y rows a CTA, or a
-// multiple of 32 and one row (mis_fwd_geo). H200, forward / forward+backward, % of copy (session 55, torch 2.11), the
-// engine -> these: bf16 [65536, 1001] 17.1 / 19.9 -> 67.9 / 83.4 (eager 57.2 / 46.1, torch.compile 78.4 / 81.4), fp32
-// 32.9 / 30.4 -> 67.9 / 84.4, bf16 [16384, 4095] 16.3 / 19.3 -> 68.7 / 83.6, bf16 [4096, 50257] 9.5 / 9.8 -> 48.7 /
-// 14.6 (its backward on the engine: past mis_bwd_geo). MYOPS_SOFTMAX_MIS=0: the engine (A/B). With the forward's
-// statistics in two passes (mis_two, session 56): bf16 [65536, 1001] 92.0 / 96.0 (eager 57.5 / 46.3, compile 78.8 /
-// 81.4), fp32 93.7 / 98.2 (88.3 / 61.2, 89.8 / 96.1).
+// order within a thread; softmax's at 1 and 2 vectors a thread: KEEP, in mis_fwd_row). blockDim.x threads a row: 32 (or
+// 4 to 16: mis_subwarp) and blockDim.y rows a CTA, or a multiple of 32 and one row (mis_fwd_geo). H200, forward /
+// forward+backward, % of copy (session 55, torch 2.11), the engine -> these: bf16 [65536, 1001] 17.1 / 19.9 -> 67.9 /
+// 83.4 (eager 57.2 / 46.1, torch.compile 78.4 / 81.4), fp32 32.9 / 30.4 -> 67.9 / 84.4, bf16 [16384, 4095] 16.3 / 19.3
+// -> 68.7 / 83.6, bf16 [4096, 50257] 9.5 / 9.8 -> 48.7 / 14.6 (its backward on the engine: past mis_bwd_geo).
+// MYOPS_SOFTMAX_MIS=0: the engine (A/B). With the forward's statistics in two passes (mis_two, session 56): bf16
+// [65536, 1001] 92.0 / 96.0 (eager 57.5 / 46.3, compile 78.8 / 81.4), fp32 93.7 / 98.2 (88.3 / 61.2, 89.8 / 96.1).
 constexpr int kMisThreads = 1024, kMisThreads8 = 896, kMisRows = 8;
 // A 16-byte vector held as words (not an element array: 16-bit elements were given a register each, and bf16
 // spilled), its elements in acc_t.
@@ -433,12 +433,15 @@ template <int XE, class F> __device__ __forceinline__ void mis_extras(int t, int
   }
 }
 // The misaligned forwards' element a of a row of max mx, exps taken against xs (mx, or exp_shift(mx) for the two
-// passes) and sum of exps sum (logs = log(sum), inv = 1 / sum).
-template <class T, bool LOG>
+// passes) and sum of exps sum (logs = log(sum), inv = 1 / sum). EXPED: a is softmax's exp_of(x - xs) already, kept
+// from the sum (mis_fwd_row's KEEP), and fp32 divides as write_row does.
+template <class T, bool LOG, bool EXPED = false>
 __device__ __forceinline__ acc_t<T> mis_out(acc_t<T> a, acc_t<T> mx, acc_t<T> xs, acc_t<T> sum, acc_t<T> logs,
                                             acc_t<T> inv) {
+  static_assert(!EXPED || !LOG, "EXPED: softmax only");
   if constexpr (LOG) return (a - mx) - logs;  // not a - (mx + logs): that rounds at mx's magnitude
-  else if constexpr (sizeof(T) == 2) return exp_of<T>(a - xs) * inv;  // the rounding to T hides 1 ulp
+  else if constexpr (sizeof(T) == 2) return (EXPED ? a : exp_of<T>(a - xs)) * inv;  // the rounding to T hides 1 ulp
+  else if constexpr (EXPED) return div_rn(a, sum, inv);
   else return exp_of<T>(a - xs) / sum;
 }
 // Row r of mis_fwd_kernel and mis_fwd_cl_kernel, as thread t of its tpr; reduce(v, op, identity, k): v combined over
@@ -522,12 +525,7 @@ __device__ __forceinline__ void mis_fwd_row(T* __restrict__ y, int64_t ys,      
   if (!live) return;
   const A xs0 = TWO ? rr::exp_shift(mx) : mx;  // what the exps were taken against
   const A logs = log_of<T>(sum), inv = A(1) / sum;
-  // (KEEP: a is the element's exp, exp_of(x - xs0) as mis_out's, divided as write_row's)
-  const auto out = [&](A a) -> A {
-    if constexpr (!KEEP) return mis_out<T, LOG>(a, mx, xs0, sum, logs, inv);
-    else if constexpr (sizeof(T) == 2) return a * inv;
-    else return div_rn(a, sum, inv);
-  };
+  const auto out = [&](A a) -> A { return mis_out<T, LOG, KEEP>(a, mx, xs0, sum, logs, inv); };
   T* yr = y + r * ys + h;  // [nv VEC] (y's row as far from a boundary as x's: the same h)
 #pragma unroll
   for (int k = 0; k < NS; ++k)
@@ -877,12 +875,12 @@ inline int mis_subns(bool log, bool bwd) {
   const int k = mis_subns_knob();
   return k ? k : bwd ? 1 : log ? 4 : 2;
 }
-// mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344
-// elements, GPT-2's 50257 included; 0: neither; short rows 1, 2 or 4: subns) and threads a row for rows of N elements of es bytes: the fewest
-// warps that hold the row's vectors. (ptxas, sm_90a: 32-65 registers but bf16 at 8 vectors, which spilled 36 bytes
-// under 1024 threads' 64 registers and takes 72 under 896's bound, log_softmax's with 4 bytes spilled. Since session
-// 57's mis_extras the online pair's (MYOPS_SOFTMAX_MIS_2P=0) spill more: bf16 8 vectors 8-12 bytes, softmax's fp16 4
-// vectors 40 bytes at 32 registers; the default two passes none.)
+// mis_fwd_kernel's vectors a thread (4 in up to 1024 threads, else 8 in up to 896: bf16 rows of up to 57344 elements,
+// GPT-2's 50257 included; 0: neither; short rows 1, 2 or 4: subns) and threads a row for rows of N elements of es
+// bytes: the fewest warps that hold the row's vectors. (ptxas, sm_90a: 32-65 registers but bf16 at 8 vectors, which
+// spilled 36 bytes under 1024 threads' 64 registers and takes 72 under 896's bound, log_softmax's with 4 bytes spilled.
+// Since session 57's mis_extras the online pair's (MYOPS_SOFTMAX_MIS_2P=0) spill more: bf16 8 vectors 8-12 bytes,
+// softmax's fp16 4 vectors 40 bytes at 32 registers; the default two passes none.)
 struct MisGeo {
   int ns = 0, tpr = 0, rows = 0, xe = 1;  // (xe: the row's head and tail elements a thread takes, 1 or 4)
 };
@@ -1009,22 +1007,20 @@ int forward(myops_out_operand y, myops_operand x, int64_t M, int64_t N, int dtyp
                                                         static_cast<const T*>(x.ptr), x.row_stride, M, (int)N);
           return launch_status();
         };
-        // the kernel of NS vectors and XE extra elements a thread, its statistics as mis_two says
-        const auto two = [&](auto ns, auto xe) {
+        // the kernel of NS vectors and XE extra elements a thread, its statistics as mis_two says (1 and 2 vectors
+        // only under the two passes, whose subns alone asks for them)
+        const auto pick = [&](auto ns, auto xe) {
           constexpr int NS = decltype(ns)::value, XE = decltype(xe)::value;
-          return mis_two() ? go(mis_fwd_kernel<T, LOG, NS, true, XE>) : go(mis_fwd_kernel<T, LOG, NS, false, XE>);
+          if constexpr (NS < 4) return go(mis_fwd_kernel<T, LOG, NS, true, XE>);
+          else return mis_two() ? go(mis_fwd_kernel<T, LOG, NS, true, XE>) : go(mis_fwd_kernel<T, LOG, NS, false, XE>);
         };
         using I1 = std::integral_constant<int, 1>;
-        using I2 = std::integral_constant<int, 2>;
         using I4 = std::integral_constant<int, 4>;
-        // (short rows' lanes at 1 or 2 vectors: only under the two passes, whose subns alone asks for them)
-        const auto short_ns = [&](auto ns) {
-          constexpr int NS = decltype(ns)::value;
-          return gm.xe == 4 ? go(mis_fwd_kernel<T, LOG, NS, true, 4>) : go(mis_fwd_kernel<T, LOG, NS, true, 1>);
-        };
-        if (gm.ns < 4) return gm.ns == 1 ? short_ns(I1{}) : short_ns(I2{});
-        if (gm.xe == 4) return two(I4{}, I4{});  // (XE over 1 only at 4 vectors or fewer)
-        return gm.ns == 4 ? two(I4{}, I1{}) : two(std::integral_constant<int, 8>{}, I1{});
+        const auto with_xe = [&](auto ns) { return gm.xe == 4 ? pick(ns, I4{}) : pick(ns, I1{}); };
+        return gm.ns == 1   ? with_xe(I1{})
+               : gm.ns == 2 ? with_xe(std::integral_constant<int, 2>{})
+               : gm.ns == 4 ? with_xe(I4{})
+                            : pick(std::integral_constant<int, 8>{}, I1{});  // (XE over 1 only at 4 vectors or fewer)
       }
       if (phased && st_rows(M, N, es)) {
         st_fwd_kernel<T, LOG><<<(unsigned)M, (unsigned)st_threads(es), 0, static_cast<cudaStream_t>(stream)>>>(
